@@ -1,0 +1,88 @@
+"""``simgrid memory``: the analytic memory model of a layout, with a fit verdict and advice."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from simgrid.cli.common import add_model_layout_args, model_layout_from_args, positive_int, print_json
+from simgrid.cli.format import gib
+from simgrid.model import param_count
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``memory`` sub-command."""
+    p = subparsers.add_parser(
+        "memory",
+        help="memory per GPU of a layout (model states, activations, buffers) and whether it fits",
+        description="Analytic memory per GPU: weights, gradients and optimizer states under ZeRO 0-3 and "
+        "offload, activations under the recompute policy and pipeline schedule, communication buffers. "
+        "With --gpu, says whether the worst rank fits and, if not, what would.",
+        epilog="examples:\n"
+        "  simgrid memory --model llama2-7b --gpu rtx-4090\n"
+        "  simgrid memory --model gpt3-175b --tp 8 --pp 8 --dp 16 --gbs 1536 --recompute full --gpu a100-80gb-sxm\n"
+        "  simgrid memory --params 7.5e9 --dp 64 --zero 3 --json",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_layout_args(p)
+    p.add_argument("--gpu", help="GPU profile to check the fit against (see `simgrid profiles`)")
+    p.add_argument(
+        "--max-gpus", type=positive_int, default=64, help="largest GPU count advice may suggest (default 64)"
+    )
+    p.add_argument("--json", action="store_true", help="print JSON (bytes)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Estimate, print, and advise when the layout does not fit."""
+    from simgrid.hardware import load_gpu
+    from simgrid.memory import estimate_memory, suggest_layouts
+
+    model, layout = model_layout_from_args(args)
+    gpu = load_gpu(args.gpu) if args.gpu else None
+    estimate = estimate_memory(model, layout, gpu)
+    suggestions = suggest_layouts(model, layout, gpu, max_gpus=args.max_gpus) if gpu and not estimate.fits else []
+    if args.json:
+        out = estimate.to_dict()
+        out["model"] = model.name
+        out["params"] = param_count(model)
+        out["layout"] = layout.to_dict()
+        if gpu is not None:
+            out["suggestions"] = [
+                {"description": s.description, "total_bytes": s.total_bytes, "layout": s.layout.to_dict()}
+                for s in suggestions
+            ]
+        print_json(out)
+        return 0
+    print(f"model   {model.name}: {param_count(model) / 1e9:.2f}B parameters, seq {model.seq_length}")
+    print(
+        f"layout  dp={layout.dp} tp={layout.tp} pp={layout.pp} vpp={layout.vpp} zero={layout.zero} "
+        f"mbs={layout.micro_batch_size} gbs={layout.gbs} ({layout.num_microbatches} micro-batches) "
+        f"schedule={layout.schedule} recompute={layout.recompute} precision={layout.precision} "
+        f"optimizer={layout.optimizer}{' offload' if layout.offload_optimizer else ''}"
+    )
+    print(f"per GPU (worst rank: pipeline rank {estimate.worst_pp_rank})")
+    for name, value in estimate.breakdown.items():
+        print(f"  {name:<12} {gib(value):>10}")
+    print(f"  {'total':<12} {gib(estimate.total_bytes):>10}")
+    if estimate.host_bytes:
+        print(f"  host (offload) {gib(estimate.host_bytes)} per rank")
+    if gpu is None:
+        print("fit     pass --gpu NAME to check against a GPU")
+        return 0
+    capacity = estimate.capacity_bytes or 0
+    if estimate.fits:
+        print(f"fit     yes: {gib(estimate.total_bytes)} of {gib(capacity)} on {gpu.name}")
+        return 0
+    largest = max(estimate.breakdown, key=lambda k: estimate.breakdown[k])
+    print(
+        f"fit     NO: needs {gib(estimate.total_bytes)} but {gpu.name} has {gib(capacity)}; "
+        f"the largest part is {largest} ({gib(estimate.breakdown[largest])})"
+    )
+    if suggestions:
+        print(f"what fits on {gpu.name} (up to {args.max_gpus} GPUs):")
+        for s in suggestions:
+            print(f"  {s.description:<60} {gib(s.total_bytes)} per GPU")
+    else:
+        print(f"nothing tried fits on up to {args.max_gpus} GPUs of this kind; try --max-gpus or a larger GPU")
+    return 0

@@ -1,0 +1,68 @@
+"""The ``simgrid`` command: one sub-command per module ``simgrid.cli.cmd_*``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from simgrid import __version__
+from simgrid.errors import SimgridError
+
+#: Sub-command modules in the order ``--help`` lists them; each defines ``register(subparsers)``.
+COMMAND_MODULES = (
+    "cmd_demo",
+    "cmd_simulate",
+    "cmd_sweep",
+    "cmd_memory",
+    "cmd_schedule",
+    "cmd_program",
+    "cmd_plot",
+    "cmd_profiles",
+    "cmd_models",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full argument parser with every sub-command registered."""
+    parser = argparse.ArgumentParser(
+        prog="simgrid",
+        description="Predict step time, MFU, communication and memory of distributed LLM training.",
+        epilog="example: simgrid simulate --model gpt3-175b --cluster dgx-a100-hdr --gpus 1024 "
+        "--tp 8 --pp 8 --mbs 1 --gbs 1536",
+    )
+    parser.add_argument("--version", action="version", version=f"simgrid {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"simgrid.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"simgrid.cli.{name}":
+                raise
+            continue
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: parse, dispatch, and turn project errors into one line on stderr (exit 2)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except SimgridError as exc:
+        print(f"simgrid {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("simgrid: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

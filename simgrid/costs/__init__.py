@@ -1,0 +1,48 @@
+"""Cost models: compute time (roofline), collective time (alpha-beta on the topology's bottleneck links,
+ring / tree / hierarchical), point-to-point and host transfers. Every formula cites its source in its
+module."""
+
+from simgrid.costs.collectives import (
+    ALGORITHMS,
+    NCCL_BASE_LATENCY_US,
+    base_latency_s,
+    bus_bandwidth_GBps,
+    choose_algorithm,
+    collective_phases,
+    collective_time_s,
+    phase_cost,
+)
+from simgrid.costs.compute import (
+    ADAM_FLOPS_PER_PARAM,
+    compute_time_s,
+    gemm_time_s,
+    host_compute_time_s,
+    host_optimizer_time_s,
+    memory_time_s,
+    overlap_slowdown,
+)
+from simgrid.costs.p2p import p2p_time_s, route_time_s, transfer_time_s
+from simgrid.costs.phases import Phase, TransferTriple
+
+__all__ = [
+    "ADAM_FLOPS_PER_PARAM",
+    "ALGORITHMS",
+    "NCCL_BASE_LATENCY_US",
+    "Phase",
+    "TransferTriple",
+    "base_latency_s",
+    "bus_bandwidth_GBps",
+    "choose_algorithm",
+    "collective_phases",
+    "collective_time_s",
+    "compute_time_s",
+    "gemm_time_s",
+    "host_compute_time_s",
+    "host_optimizer_time_s",
+    "memory_time_s",
+    "overlap_slowdown",
+    "p2p_time_s",
+    "phase_cost",
+    "route_time_s",
+    "transfer_time_s",
+]

@@ -1,0 +1,171 @@
+"""What the engine asks about time: a small protocol, its cluster implementation, and a duration cache.
+
+The engine never computes a cost itself. It asks a :class:`CostModel` (compute time of an op, closed-form
+collective and point-to-point times, the phases of a collective algorithm and the links of a route for
+flow mode), and caches the answers: many ops repeat (every micro-batch's forward of a stage is the same
+value), so a cache keyed by the op turns millions of cost calls into a few hundred.
+
+:class:`ClusterCostModel` forwards to :mod:`simgrid.costs` and :class:`simgrid.topology.Topology`;
+tests pass small hand-written models with known closed forms.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from simgrid.ir import Collective, Compute, Transfer
+
+if TYPE_CHECKING:
+    from simgrid.hardware import Cluster
+    from simgrid.topology.link import Link
+
+
+class PhaseLike(Protocol):
+    """One step of a collective algorithm: concurrent transfers after a fixed latency."""
+
+    @property
+    def transfers(self) -> Sequence[tuple[int, int, float]]:
+        """(source rank, destination rank, bytes) moved concurrently."""
+        ...
+
+    @property
+    def latency_s(self) -> float:
+        """Latency paid once per repetition."""
+        ...
+
+
+class CostModel(Protocol):
+    """Durations the engine needs, for one cluster."""
+
+    comm_compute_slowdown: float
+    """Fraction of compute throughput lost while a communication kernel of the same rank runs."""
+
+    def compute_s(self, op: Compute, speed: float) -> float:
+        """Seconds ``op`` takes on a GPU (or the host, for ``device='cpu'``) running at ``speed``."""
+        ...
+
+    def collective_s(self, op: Collective, ranks: tuple[int, ...]) -> float:
+        """Closed-form seconds of a collective over ``ranks`` (all ``op.count`` repetitions)."""
+        ...
+
+    def p2p_s(self, nbytes: int, src: int, dst: int) -> float:
+        """Closed-form seconds of one point-to-point transfer."""
+        ...
+
+    def transfer_s(self, op: Transfer, rank: int) -> float:
+        """Seconds of a host <-> device copy on ``rank``."""
+        ...
+
+    def phases(self, op: Collective, ranks: tuple[int, ...]) -> Sequence[PhaseLike]:
+        """Algorithm steps of the whole op (all ``op.count`` calls), each with an optional ``repeat``."""
+        ...
+
+    def route(self, src: int, dst: int) -> tuple[Link, ...]:
+        """Links a transfer from ``src`` to ``dst`` crosses."""
+        ...
+
+
+class ClusterCostModel:
+    """:class:`CostModel` of a sized cluster, from :mod:`simgrid.costs` and :mod:`simgrid.topology`."""
+
+    def __init__(self, cluster: Cluster, *, dtype: str = "bf16") -> None:
+        from simgrid.topology import Topology
+
+        self.cluster = cluster
+        self.dtype = dtype
+        self.topology = Topology(cluster)
+        self.comm_compute_slowdown = float(cluster.gpu.comm_compute_slowdown)
+
+    def compute_s(self, op: Compute, speed: float) -> float:
+        from simgrid import costs
+
+        if op.device == "cpu":
+            return float(costs.host_compute_time_s(op, self.cluster.node, speed=speed))
+        return float(costs.compute_time_s(op, self.cluster.gpu, dtype=self.dtype, speed=speed))
+
+    def collective_s(self, op: Collective, ranks: tuple[int, ...]) -> float:
+        from simgrid import costs
+
+        if len(ranks) <= 1:
+            return 0.0
+        return float(costs.collective_time_s(op.kind, op.bytes, ranks, self.topology, count=op.count, root=op.root))
+
+    def p2p_s(self, nbytes: int, src: int, dst: int) -> float:
+        from simgrid import costs
+
+        return float(costs.p2p_time_s(nbytes, src, dst, self.topology))
+
+    def transfer_s(self, op: Transfer, rank: int) -> float:
+        from simgrid import costs
+
+        return float(costs.transfer_time_s(op.bytes, rank, op.direction, self.topology))
+
+    def phases(self, op: Collective, ranks: tuple[int, ...]) -> Sequence[PhaseLike]:
+        from simgrid import costs
+
+        if len(ranks) <= 1:
+            return []
+        out: Sequence[PhaseLike] = costs.collective_phases(op.kind, op.bytes, ranks, self.topology,
+                                                          count=op.count, root=op.root)
+        return out
+
+    def route(self, src: int, dst: int) -> tuple[Link, ...]:
+        return tuple(self.topology.route(src, dst))
+
+
+class DurationCache:
+    """Memoised durations: first by op identity (ops are shared values), then by the fields that
+    decide the cost (so the forward of micro-batch 7 reuses micro-batch 0's time, and a collective's
+    time is computed once per group, size and count whatever its handle)."""
+
+    def __init__(self, cost: CostModel, groups: Any) -> None:
+        self.cost = cost
+        self.groups = groups
+        self._compute_by_id: dict[tuple[int, float], float] = {}
+        self._compute_by_cost: dict[tuple[Any, ...], float] = {}
+        self._coll_by_id: dict[int, float] = {}
+        self._coll_by_cost: dict[tuple[Any, ...], float] = {}
+        self._p2p: dict[tuple[int, int, int], float] = {}
+        self._xfer: dict[tuple[int, str, int], float] = {}
+        self._keep: list[object] = []  # ops whose id() is a cache key stay alive while the cache lives
+
+    def compute(self, op: Compute, speed: float = 1.0) -> float:
+        """Seconds of a compute op at ``speed``."""
+        key = (id(op), speed)
+        d = self._compute_by_id.get(key)
+        if d is None:
+            # The roofline reads only these fields (simgrid.costs.compute); stage/micro-batch do not matter.
+            ckey = (op.kind, op.device, op.flops, op.hbm_bytes, op.gemm_mnk, op.kernels, speed)
+            d = self._compute_by_cost.get(ckey)
+            if d is None:
+                d = self._compute_by_cost[ckey] = self.cost.compute_s(op, speed)
+            self._compute_by_id[key] = d
+            self._keep.append(op)
+        return d
+
+    def collective(self, op: Collective) -> float:
+        """Closed-form seconds of a collective on its group."""
+        d = self._coll_by_id.get(id(op))
+        if d is None:
+            ckey = (op.kind, op.group, op.bytes, op.count, op.root)
+            d = self._coll_by_cost.get(ckey)
+            if d is None:
+                d = self._coll_by_cost[ckey] = self.cost.collective_s(op, tuple(self.groups[op.group]))
+            self._coll_by_id[id(op)] = d
+            self._keep.append(op)
+        return d
+
+    def p2p(self, nbytes: int, src: int, dst: int) -> float:
+        key = (nbytes, src, dst)
+        d = self._p2p.get(key)
+        if d is None:
+            d = self._p2p[key] = self.cost.p2p_s(nbytes, src, dst)
+        return d
+
+    def transfer(self, op: Transfer, rank: int) -> float:
+        key = (op.bytes, op.direction, rank)
+        d = self._xfer.get(key)
+        if d is None:
+            d = self._xfer[key] = self.cost.transfer_s(op, rank)
+        return d

@@ -1,0 +1,415 @@
+"""The SimPy interpreter of a schedule IR program.
+
+Each simulated rank is a resumable state machine driven by SimPy events (cheaper than one generator
+process per rank, and far cheaper than one process per op). It walks its op list in order:
+
+* ``Compute`` occupies the rank's compute stream; the rank resumes when it ends. Ops issued later
+  cannot start earlier (IR semantics: comm ops wait for every compute op issued before them, and the
+  compute stream is serial), so walking the list and the compute stream together is exact.
+* A communication op is posted to its stream's FIFO and the walk continues at once. When the stream
+  is free the op becomes *ready* on this rank; a collective starts when every simulated member of its
+  group is ready (matched by the group's call sequence), a send/receive when both sides are ready.
+* ``Wait`` suspends the walk (and so the compute stream) until the named op has finished.
+* ``Alloc``/``Free`` are recorded at the current simulated time of the compute stream.
+
+Compute slows while a communication kernel of the same rank is in flight: its throughput drops by the
+GPU profile's ``comm_compute_slowdown`` fraction ``s`` (rate ``1 - s``) for exactly the overlapping
+portion. The remaining work is re-timed whenever the rank's in-flight count toggles between zero and
+non-zero, which makes the result independent of the order SimPy happens to process simultaneous events
+(symmetric and full mode then agree bit for bit). Host transfers (``Transfer``) use copy engines and
+do not slow compute; host compute (``device='cpu'``) is never slowed.
+
+Communication time comes from the cost model: closed form per op (``fast``), or, in ``flow`` mode, a
+collective runs its algorithm's phases (each phase: its latency, then its transfers as concurrent flows
+on topology links, finishing when the slowest does) and a send/receive pays its route latency and then
+flows, all sharing links max-min fairly (:mod:`simgrid.engine.flows`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import simpy
+
+from simgrid.engine.costmodel import DurationCache, PhaseLike
+from simgrid.engine.flows import FlowNetwork
+from simgrid.engine.memory import MemoryEvent
+from simgrid.errors import SimulationError
+from simgrid.ir import Alloc, Collective, Compute, Free, Op, Program, Recv, Send, Transfer, Wait, format_op
+from simgrid.trace import TraceRow, p2p_match_id
+
+
+class _Stream:
+    __slots__ = ("busy", "queue")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.queue: deque[_Comm] = deque()
+
+
+class _Comm:
+    """One asynchronous op on one rank."""
+
+    __slots__ = ("done", "end", "op", "rank", "seq", "start", "stream")
+
+    def __init__(self, rank: _Rank, op: Op, stream: _Stream) -> None:
+        self.rank = rank
+        self.op = op
+        self.stream = stream
+        self.seq = 0
+        self.start = -1.0
+        self.end = -1.0
+        self.done = False
+
+
+class _Instance:
+    """One collective call, one send/receive pair, or one host transfer: the unit that starts together."""
+
+    __slots__ = ("expected", "members", "op")
+
+    def __init__(self, op: Op, expected: int) -> None:
+        self.op = op
+        self.expected = expected
+        self.members: list[_Comm] = []
+
+
+class _Rank:
+    __slots__ = ("c_left", "c_op", "c_rate", "c_seg", "c_start", "c_ver", "coll_seq", "handles", "inflight",
+                 "live", "mem", "n", "ops", "ptr", "rank", "speed", "streams", "wait_op", "wait_start", "waiting")
+
+    def __init__(self, rank: int, ops: tuple[Op, ...], speed: float) -> None:
+        self.rank = rank
+        self.ops = ops
+        self.n = len(ops)
+        self.ptr = 0
+        self.speed = speed
+        self.streams: dict[Any, _Stream] = {}
+        self.handles: dict[str, _Comm] = {}
+        self.coll_seq: dict[str, int] = {}
+        self.inflight = 0
+        self.waiting: _Comm | None = None
+        self.wait_start = 0.0
+        self.wait_op: Any = None
+        self.c_op: Compute | None = None
+        self.c_start = self.c_seg = self.c_left = 0.0
+        self.c_rate = 1.0
+        self.c_ver = 0
+        self.mem: list[MemoryEvent] = []
+        self.live: dict[str, tuple[int, str]] = {}
+
+
+class Interpreter:
+    """Runs the simulated ranks of one program to completion."""
+
+    def __init__(self, program: Program, durations: DurationCache, simulated: Sequence[int], *,
+                 comm_model: str, speed_factors: dict[int, float]) -> None:
+        self.program = program
+        self.durations = durations
+        self.cost = durations.cost
+        self.flow = comm_model == "flow"
+        self.env = simpy.Environment(initial_time=0.0)
+        self.network = FlowNetwork(self.env)
+        self.slowdown = float(self.cost.comm_compute_slowdown)
+        self.sim_set = frozenset(simulated)
+        self.states = {r: _Rank(r, program.ranks[r], speed_factors.get(r, 1.0)) for r in simulated}
+        self.rows: list[TraceRow] = []
+        self.makespan_s = 0.0
+        self._pending: dict[Any, _Instance] = {}
+        self._expected: dict[str, int] = {}
+        self._text: dict[int, str] = {}
+
+    # -- driver ------------------------------------------------------------------------------------
+    def run(self) -> None:
+        for st in self.states.values():
+            self._advance(st)
+        self.env.run()
+        stuck = [st for st in self.states.values() if st.ptr < st.n or st.waiting is not None]
+        if stuck or self._pending:
+            raise SimulationError(self._deadlock_message(stuck))
+
+    def _text_of(self, op: Op) -> str:
+        text = self._text.get(id(op))
+        if text is None:
+            text = self._text[id(op)] = format_op(op)
+        return text
+
+    # -- the rank walk -----------------------------------------------------------------------------
+    def _advance(self, st: _Rank) -> None:
+        ops, now = st.ops, self.env.now
+        while st.ptr < st.n:
+            op: Any = ops[st.ptr]
+            st.ptr += 1
+            t = type(op)
+            if t is Compute:
+                duration = self.durations.compute(op, st.speed)
+                if duration > 0:
+                    self._start_compute(st, op, duration)
+                    return
+                self._compute_row(st, op, now, now)
+            elif t is Wait:
+                comm = st.handles.get(op.handle)
+                if comm is None:
+                    raise SimulationError(
+                        f"rank {st.rank} op {st.ptr - 1}: WAIT handle={op.handle} names no earlier "
+                        "send, receive, collective or transfer of this rank; validate the program first"
+                    )
+                if not comm.done:
+                    st.waiting, st.wait_start, st.wait_op = comm, now, op
+                    return
+            elif t is Alloc:
+                if op.name in st.live:
+                    raise SimulationError(f"rank {st.rank}: ALLOC name={op.name} while a buffer of that name is live")
+                st.live[op.name] = (op.bytes, op.category)
+                st.mem.append((now, op.bytes, op.category))
+            elif t is Free:
+                freed = st.live.pop(op.name, None)
+                if freed is None:
+                    raise SimulationError(f"rank {st.rank}: FREE name={op.name} releases no live buffer")
+                st.mem.append((now, -freed[0], freed[1]))
+            else:
+                self._post(st, op)
+
+    def _start_compute(self, st: _Rank, op: Compute, duration: float) -> None:
+        now = self.env.now
+        st.c_op, st.c_start, st.c_seg, st.c_left = op, now, now, duration
+        st.c_rate = 1.0 - self.slowdown if (st.inflight and op.device == "gpu") else 1.0
+        self._arm_compute(st)
+
+    def _arm_compute(self, st: _Rank) -> None:
+        st.c_ver += 1
+        version = st.c_ver
+        self.env.timeout(st.c_left / st.c_rate).callbacks.append(lambda _e: self._compute_done(st, version))
+
+    def _compute_done(self, st: _Rank, version: int) -> None:
+        if version != st.c_ver:
+            return  # re-timed since this timeout was armed
+        op = st.c_op
+        assert op is not None
+        st.c_op = None
+        self._compute_row(st, op, st.c_start, self.env.now)
+        self._advance(st)
+
+    def _compute_row(self, st: _Rank, op: Compute, start: float, end: float) -> None:
+        stream = "host" if op.device == "cpu" else "compute"
+        self.rows.append(TraceRow(st.rank, stream, op, op.kind, "compute", start, end, 0,  # type: ignore[arg-type]
+                                  float(op.flops), op.stage, op.microbatch))
+        if end > self.makespan_s:
+            self.makespan_s = end
+
+    def _inflight_changed(self, st: _Rank) -> None:
+        op = st.c_op
+        if op is None or not self.slowdown or op.device != "gpu":
+            return
+        rate = 1.0 - self.slowdown if st.inflight else 1.0
+        if rate == st.c_rate:
+            return
+        now = self.env.now
+        st.c_left -= (now - st.c_seg) * st.c_rate
+        st.c_seg, st.c_rate = now, rate
+        self._arm_compute(st)
+
+    # -- communication -----------------------------------------------------------------------------
+    def _post(self, st: _Rank, op: Any) -> None:
+        t = type(op)
+        if t is Collective:
+            key: Any = op.group
+        elif t is Send or t is Recv:
+            key = op.peer
+        elif t is Transfer:
+            key = ("pcie", op.direction)
+        else:
+            raise SimulationError(f"rank {st.rank}: {op!r} is not an IR op the engine knows")
+        stream = st.streams.get(key)
+        if stream is None:
+            stream = st.streams[key] = _Stream()
+        comm = _Comm(st, op, stream)
+        st.handles[op.handle] = comm
+        if t is Collective:
+            seq = st.coll_seq.get(key, 0)
+            st.coll_seq[key] = seq + 1
+            comm.seq = seq
+        if stream.busy:
+            stream.queue.append(comm)
+        else:
+            stream.busy = True
+            self._ready(comm)
+
+    def _ready(self, comm: _Comm) -> None:
+        op: Any = comm.op
+        rank = comm.rank.rank
+        if type(op) is Collective:
+            key: Any = (op.group, comm.seq)
+            expected = self._expected.get(op.group)
+            if expected is None:
+                expected = self._expected[op.group] = self._simulated_members(op, rank)
+        elif type(op) is Send:
+            key, expected = (rank, op.peer, op.key), 2
+        elif type(op) is Recv:
+            key, expected = (op.peer, rank, op.key), 2
+        else:
+            key, expected = None, 1
+        if expected == 1:
+            single = _Instance(op, 1)
+            single.members.append(comm)
+            self._start(single)
+            return
+        inst = self._pending.get(key)
+        if inst is None:
+            inst = self._pending[key] = _Instance(op, expected)
+        inst.members.append(comm)
+        if len(inst.members) == inst.expected:
+            del self._pending[key]
+            self._start(inst)
+
+    def _simulated_members(self, op: Collective, rank: int) -> int:
+        members = self.program.groups.get(op.group)
+        if members is None:
+            raise SimulationError(f"rank {rank}: collective on group {op.group!r}, which the program does not define")
+        if rank not in members:
+            raise SimulationError(f"rank {rank} issues a collective on group {op.group!r} but is not a member of it")
+        return sum(1 for m in members if m in self.sim_set)
+
+    def _start(self, inst: _Instance) -> None:
+        now = self.env.now
+        counts_as_comm = type(inst.op) is not Transfer
+        for comm in inst.members:
+            comm.start = now
+            if counts_as_comm:
+                st = comm.rank
+                st.inflight += 1
+                if st.inflight == 1:
+                    self._inflight_changed(st)
+        if self.flow and counts_as_comm:
+            self._start_flows(inst)
+            return
+        self.env.timeout(self._fast_duration(inst)).callbacks.append(lambda _e: self._finish(inst))
+
+    def _fast_duration(self, inst: _Instance) -> float:
+        op: Any = inst.op
+        if type(op) is Collective:
+            return self.durations.collective(op)
+        if type(op) is Transfer:
+            return self.durations.transfer(op, inst.members[0].rank.rank)
+        src, dst = self._p2p_ends(inst)
+        return self.durations.p2p(op.bytes, src, dst)
+
+    @staticmethod
+    def _p2p_ends(inst: _Instance) -> tuple[int, int]:
+        op: Any = inst.op
+        rank = inst.members[0].rank.rank
+        return (rank, op.peer) if type(op) is Send else (op.peer, rank)
+
+    def _start_flows(self, inst: _Instance) -> None:
+        op: Any = inst.op
+        finish: Callable[[], None] = lambda: self._finish(inst)  # noqa: E731 - a named callback reads better
+        if type(op) is Collective:
+            ranks = tuple(self.program.groups[op.group])
+            steps: list[PhaseLike] = []
+            for phase in self.cost.phases(op, ranks):
+                steps.extend([phase] * int(getattr(phase, "repeat", 1) or 1))
+            self._run_phases(steps, 0, finish)
+            return
+        src, dst = self._p2p_ends(inst)
+        route = self.cost.route(src, dst)
+        latency = sum(link.latency_s for link in route)
+        nbytes = float(op.bytes)
+        self.env.timeout(latency).callbacks.append(lambda _e: self.network.start(route, nbytes, finish))
+
+    def _run_phases(self, steps: list[PhaseLike], index: int, finish: Callable[[], None]) -> None:
+        if index == len(steps):
+            finish()
+            return
+        phase = steps[index]
+
+        def launch(_e: object) -> None:
+            transfers = [t for t in phase.transfers if t[0] != t[1]]
+            if not transfers:
+                self._run_phases(steps, index + 1, finish)
+                return
+            left = [len(transfers)]
+
+            def one_done() -> None:
+                left[0] -= 1
+                if left[0] == 0:
+                    self._run_phases(steps, index + 1, finish)
+
+            for src, dst, nbytes in transfers:
+                self.network.start(self.cost.route(src, dst), nbytes, one_done)
+
+        self.env.timeout(phase.latency_s).callbacks.append(launch)
+
+    def _finish(self, inst: _Instance) -> None:
+        now = self.env.now
+        if now > self.makespan_s:
+            self.makespan_s = now
+        op = inst.op
+        counts_as_comm = type(op) is not Transfer
+        resume: list[_Rank] = []
+        for comm in inst.members:
+            comm.end, comm.done = now, True
+            st = comm.rank
+            self.rows.append(self._comm_row(st.rank, comm))
+            if counts_as_comm:
+                st.inflight -= 1
+                if st.inflight == 0:
+                    self._inflight_changed(st)
+        for comm in inst.members:
+            stream = comm.stream
+            if stream.queue:
+                self._ready(stream.queue.popleft())
+            else:
+                stream.busy = False
+            st = comm.rank
+            if st.waiting is comm:
+                st.waiting = None
+                if now > st.wait_start:
+                    exposed = now - max(st.wait_start, comm.start)
+                    self.rows.append(TraceRow(st.rank, "compute", st.wait_op, "WAIT", self._purpose(comm.op),
+                                              st.wait_start, now, exposed_s=exposed))
+                resume.append(st)
+        for st in resume:
+            self._advance(st)
+
+    @staticmethod
+    def _purpose(op: Op) -> str:
+        if isinstance(op, Collective):
+            return op.purpose
+        if isinstance(op, Transfer):
+            return "offload"
+        return "pp"
+
+    @staticmethod
+    def _comm_row(rank: int, comm: _Comm) -> TraceRow:
+        # ``op`` holds the IR op itself; the Trace renders its text only when read (see Trace.rows).
+        op: Any = comm.op
+        raw: Any = op
+        if type(op) is Collective:
+            return TraceRow(rank, f"comm:{op.group}", raw, op.kind, op.purpose, comm.start, comm.end, op.bytes)
+        if type(op) is Send:
+            return TraceRow(rank, f"p2p:{op.peer}", raw, "SEND", "pp", comm.start, comm.end, op.bytes, 0.0,
+                            op.key.src_stage, op.key.microbatch, p2p_match_id(rank, op.peer, op))
+        if type(op) is Recv:
+            return TraceRow(rank, f"p2p:{op.peer}", raw, "RECV", "pp", comm.start, comm.end, op.bytes, 0.0,
+                            op.key.dst_stage, op.key.microbatch, p2p_match_id(op.peer, rank, op))
+        return TraceRow(rank, f"pcie:{op.direction}", op, op.direction, "offload", comm.start, comm.end, op.bytes)
+
+    # -- diagnostics -------------------------------------------------------------------------------
+    def _deadlock_message(self, stuck: list[_Rank]) -> str:
+        parts = []
+        for st in stuck[:3]:
+            if st.waiting is not None:
+                comm = st.waiting
+                what = f"WAIT on {self._text_of(comm.op)}"
+                if comm.start < 0:
+                    what += " (never started: a peer did not issue the matching op)"
+            else:
+                what = f"op {st.ptr} of {st.n}"
+            parts.append(f"rank {st.rank} blocked at {what}")
+        if len(stuck) > 3:
+            parts.append(f"and {len(stuck) - 3} more rank(s)")
+        if not stuck:
+            parts.append(f"{len(self._pending)} communication op(s) were issued but never matched by their peers")
+        return (f"simulation deadlocked at t = {self.env.now:.6g} s: " + "; ".join(parts)
+                + "; run simgrid.ir.dry_run on the program for a step-by-rank grid of the cycle")

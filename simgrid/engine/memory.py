@@ -1,0 +1,129 @@
+"""Device memory over simulated time, replayed from a program's Alloc/Free ops.
+
+The engine records, per simulated rank, each allocation and release at the simulated time the compute
+stream reaches it (IR semantics: memory ops take effect in compute-stream order). This module turns
+those events into a timeline of live bytes per category, the peak, and an out-of-memory verdict against
+the GPU's capacity. Exceeding capacity is a result (``fits = False``), never an exception: a planner
+wants to see by how much a layout misses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from simgrid.ir import MEMORY_CATEGORIES
+
+MemoryEvent = tuple[float, int, str]
+"""(time_s, signed byte change, category) of one Alloc (+) or Free (-)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryTimeline:
+    """Live device memory of one rank after every allocation and release."""
+
+    rank: int
+    """Global rank."""
+    events: tuple[MemoryEvent, ...]
+    """(time_s, signed bytes, category) of every Alloc/Free, in program order."""
+    peak_bytes: int
+    """Largest total of live bytes over the step."""
+    peak_time_s: float
+    """When the peak was first reached."""
+    peak_by_category: Mapping[str, int] = field(default_factory=dict)
+    """Live bytes per category at the moment of the peak."""
+
+    @property
+    def times_s(self) -> tuple[float, ...]:
+        """Time of each event (non-decreasing)."""
+        return tuple(e[0] for e in self.events)
+
+    @cached_property
+    def bytes_by_category(self) -> Mapping[str, tuple[int, ...]]:
+        """Live bytes per category after each event (one value per entry of ``times_s``); built on
+        first use, since a full-mode run has a thousand ranks whose timelines nobody plots."""
+        categories = _categories(self.events)
+        live = dict.fromkeys(categories, 0)
+        columns: dict[str, list[int]] = {c: [] for c in categories}
+        for _, delta, cat in self.events:
+            live[cat] += delta
+            for c in categories:
+                columns[c].append(live[c])
+        return {c: tuple(v) for c, v in columns.items()}
+
+    @property
+    def total_bytes(self) -> tuple[int, ...]:
+        """Live bytes over all categories after each event."""
+        total, out = 0, []
+        for _, delta, _ in self.events:
+            total += delta
+            out.append(total)
+        return tuple(out)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryReport:
+    """Per-rank memory timelines, their peaks and the verdict against device capacity."""
+
+    timelines: Mapping[int, MemoryTimeline]
+    """Timeline of every simulated rank (in symmetric mode, replicas share their representative's)."""
+    capacity_bytes: int
+    """Device memory of one GPU."""
+
+    @property
+    def peak_bytes(self) -> int:
+        """Largest peak over all ranks (0 when the program allocates nothing)."""
+        return max((t.peak_bytes for t in self.timelines.values()), default=0)
+
+    @property
+    def peak_rank(self) -> int | None:
+        """A rank whose peak is the largest (the lowest such rank); ``None`` without timelines."""
+        if not self.timelines:
+            return None
+        return max(sorted(self.timelines), key=lambda r: self.timelines[r].peak_bytes)
+
+    @property
+    def fits(self) -> bool:
+        """Every rank's peak is within the device capacity."""
+        return self.peak_bytes <= self.capacity_bytes
+
+    def peak_by_rank(self) -> dict[int, int]:
+        """Peak bytes of each simulated rank."""
+        return {r: t.peak_bytes for r, t in sorted(self.timelines.items())}
+
+
+def _categories(events: Sequence[MemoryEvent]) -> list[str]:
+    categories = list(MEMORY_CATEGORIES)
+    for cat in {e[2] for e in events}:
+        if cat not in categories:
+            categories.append(cat)
+    return categories
+
+
+def build_timeline(rank: int, events: Sequence[MemoryEvent]) -> MemoryTimeline:
+    """Replay one rank's events (in program order) into a :class:`MemoryTimeline`."""
+    total = peak = 0
+    peak_index = -1
+    for index, (_, delta, _) in enumerate(events):
+        total += delta
+        if total > peak:
+            peak, peak_index = total, index
+    split = dict.fromkeys(_categories(events), 0)
+    for _, delta, cat in events[: peak_index + 1]:
+        split[cat] += delta
+    return MemoryTimeline(
+        rank=rank,
+        events=tuple(events),
+        peak_bytes=peak,
+        peak_time_s=events[peak_index][0] if peak_index >= 0 else 0.0,
+        peak_by_category=split,
+    )
+
+
+def build_report(events_by_rank: Mapping[int, Sequence[MemoryEvent]], capacity_bytes: int) -> MemoryReport:
+    """Timelines of every rank and the capacity verdict."""
+    return MemoryReport(
+        timelines={r: build_timeline(r, ev) for r, ev in sorted(events_by_rank.items())},
+        capacity_bytes=int(capacity_bytes),
+    )

@@ -1,0 +1,220 @@
+"""The operations of the schedule IR: immutable values, one per thing a rank issues.
+
+Semantics shared by the engine and the executor (see docs/design.md, "IR semantics"):
+
+* A rank issues its ops strictly in list order. Issuing a communication op returns at once.
+* Compute ops run on the rank's compute stream, one after the other, in list order. A compute op
+  waits for a communication only through an explicit :class:`Wait` issued before it.
+* A communication op (collective, send, recv, host transfer) starts when every compute op issued
+  before it has finished (the data it moves is ready), the previous op on its own stream has finished,
+  and its peers have issued the matching op.
+* Memory ops (:class:`Alloc`, :class:`Free`) take effect at their place in the compute stream.
+* Blocks: a layer-wise index over the model's sub-blocks. Block 0 is the embedding, block
+  ``1 + 2*i`` is the attention sub-block of layer ``i``, block ``2 + 2*i`` its MLP, and block
+  ``2*L + 1`` the output head with the loss. A compute op covers the half-open range
+  ``[block_start, block_end)``, always inside one model chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+ComputeKind = Literal["F", "B", "I", "W", "R", "OPT"]
+"""F forward; B full backward; I input-grad backward; W weight-grad backward; R recompute forward
+(activation recomputation before a backward); OPT optimizer step."""
+
+CollectiveKind = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier"]
+
+CommPurpose = Literal[
+    "tp",  # tensor-parallel activation all-reduce / SP all-gather + reduce-scatter
+    "dp-grad",  # data-parallel gradient all-reduce (DDP buckets)
+    "zero-grad",  # ZeRO gradient reduce-scatter
+    "zero-param",  # ZeRO parameter all-gather (ZeRO-3 before use; ZeRO-1/2 after the step)
+    "ps-reduce",  # parameter server: gradients reduced to the server rank
+    "ps-broadcast",  # parameter server: updated parameters broadcast from the server rank
+    "embed-grad",  # tied embedding gradient all-reduce between first and last pipeline stage
+    "sync",  # barriers and other control
+]
+"""Why a collective happens; metrics group exposed time by purpose (tp, pp, dp)."""
+
+MemoryCategory = Literal["weights", "grads", "optimizer", "activations", "comm"]
+TransferDirection = Literal["d2h", "h2d"]
+P2PDirection = Literal["F", "B"]
+Device = Literal["gpu", "cpu"]
+
+COMPUTE_KINDS: tuple[str, ...] = get_args(ComputeKind)
+COLLECTIVE_KINDS: tuple[str, ...] = get_args(CollectiveKind)
+COMM_PURPOSES: tuple[str, ...] = get_args(CommPurpose)
+MEMORY_CATEGORIES: tuple[str, ...] = get_args(MemoryCategory)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Compute:
+    """Work on the rank's compute stream (or on the host CPU for an offloaded optimizer)."""
+
+    kind: ComputeKind
+    """F, B, I, W, R or OPT (see :data:`ComputeKind`)."""
+    stage: int
+    """Global pipeline stage (model chunk in pipeline order, ``0 .. pp*vpp-1``); -1 for OPT."""
+    microbatch: int
+    """Micro-batch index ``0 .. m-1``; -1 for per-step ops (OPT)."""
+    chunk: int
+    """Local model chunk on this rank (``0 .. vpp-1``)."""
+    block_start: int
+    """First sub-block covered (see module docstring), inclusive."""
+    block_end: int
+    """One past the last sub-block covered."""
+    flops: float
+    """Floating-point operations this rank performs (after tensor-parallel splitting)."""
+    hbm_bytes: float
+    """Bytes moved to/from device memory by memory-bound (non-GEMM) kernels."""
+    gemm_mnk: tuple[int, int, int] = (0, 0, 0)
+    """(M, N, K) of the dominant matrix multiply, for shape-dependent efficiency; zeros if none."""
+    kernels: int = 1
+    """Kernel launches this op stands for (per-kernel overhead)."""
+    device: Device = "gpu"
+    """Where it runs: ``cpu`` for an optimizer offloaded to the host."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class P2PKey:
+    """Identity of one pipeline transfer, equal on the sending and the receiving side."""
+
+    src_stage: int
+    """Global stage that produces the tensor."""
+    dst_stage: int
+    """Global stage that consumes it."""
+    microbatch: int
+    """Micro-batch the tensor belongs to."""
+    direction: P2PDirection
+    """F: activations going forward; B: gradients going backward."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Send:
+    """Asynchronous point-to-point send (``dist.isend``) of a pipeline tensor."""
+
+    peer: int
+    """Destination global rank."""
+    bytes: int
+    """Payload size."""
+    key: P2PKey
+    """Matching key; the peer's :class:`Recv` carries an equal key."""
+    handle: str
+    """Name a later :class:`Wait` uses; unique within the rank."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recv:
+    """Asynchronous point-to-point receive (``dist.irecv``) of a pipeline tensor."""
+
+    peer: int
+    """Source global rank."""
+    bytes: int
+    """Payload size."""
+    key: P2PKey
+    """Matching key; the peer's :class:`Send` carries an equal key."""
+    handle: str
+    """Name a later :class:`Wait` uses; unique within the rank."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Collective:
+    """Asynchronous collective on a named process group (``async_op=True``)."""
+
+    kind: CollectiveKind
+    """all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or barrier."""
+    group: str
+    """Name of a group in the program's group table."""
+    bytes: int
+    """Message size per rank in the nccl-tests convention: the larger of input and output buffers
+    (all-reduce: the buffer; reduce-scatter: the full input; all-gather: the full output)."""
+    purpose: CommPurpose
+    """Why it happens (see :data:`CommPurpose`)."""
+    handle: str
+    """Name a later :class:`Wait` uses; unique within the rank."""
+    root: int | None = None
+    """Global root rank for broadcast and reduce; ``None`` otherwise."""
+    count: int = 1
+    """Back-to-back collectives this op stands for (coarse programs fold per-layer collectives);
+    ``bytes`` is their total."""
+    label: str = ""
+    """What the collective carries, e.g. ``"bucket3"`` or ``"L5.attn"``; the executor uses it."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Transfer:
+    """Asynchronous host <-> device copy over PCIe (optimizer offload)."""
+
+    direction: TransferDirection
+    """d2h: device to host (gradients down); h2d: host to device (parameters up)."""
+    bytes: int
+    """Bytes copied."""
+    handle: str
+    """Name a later :class:`Wait` uses; unique within the rank."""
+    label: str = ""
+    """What is copied, e.g. ``"grads"``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Wait:
+    """Block the compute stream until the named asynchronous op has completed (``work.wait()``)."""
+
+    handle: str
+    """Handle of an earlier Send, Recv, Collective or Transfer on the same rank."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alloc:
+    """Device memory allocated at this point of the compute stream."""
+
+    name: str
+    """Buffer name, unique among live buffers of the rank; :class:`Free` refers to it."""
+    bytes: int
+    """Size."""
+    category: MemoryCategory
+    """weights, grads, optimizer, activations or comm."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Free:
+    """Release of a buffer allocated earlier on the same rank."""
+
+    name: str
+    """Name given in the matching :class:`Alloc`."""
+
+
+Op = Compute | Send | Recv | Collective | Transfer | Wait | Alloc | Free
+"""Any IR operation."""
+
+CommOp = Send | Recv | Collective | Transfer
+"""Operations that run asynchronously and carry a handle."""
+
+
+def stream_of(op: Op) -> str:
+    """The stream an op runs on: ``compute``, ``host``, ``comm:<group>``, ``p2p:<peer>`` or ``pcie:<dir>``."""
+    if isinstance(op, Compute):
+        return "host" if op.device == "cpu" else "compute"
+    if isinstance(op, Collective):
+        return f"comm:{op.group}"
+    if isinstance(op, (Send, Recv)):
+        return f"p2p:{op.peer}"
+    if isinstance(op, Transfer):
+        return f"pcie:{op.direction}"
+    return "compute"
+
+
+def block_name(block: int, num_layers: int) -> str:
+    """Readable name of a sub-block index: ``embed``, ``L3.attn``, ``L3.mlp`` or ``head``."""
+    if block == 0:
+        return "embed"
+    if block == 2 * num_layers + 1:
+        return "head"
+    layer, part = divmod(block - 1, 2)
+    return f"L{layer}.{'attn' if part == 0 else 'mlp'}"
+
+
+def num_blocks(num_layers: int) -> int:
+    """Sub-blocks of a model with ``num_layers`` layers: embedding, two per layer, head."""
+    return 2 * num_layers + 2

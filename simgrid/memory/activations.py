@@ -1,0 +1,87 @@
+"""Activation memory per pipeline rank: one micro-batch's saved tensors times the micro-batches in flight.
+
+The per-block bytes come from :func:`simgrid.model.block_cost` (Korthikanti et al. 2022, Table 2,
+generalised). How many micro-batches a rank holds at its peak depends on the schedule; we count chunk by
+chunk (which model chunk each in-flight micro-batch belongs to), so first and last stages with the
+embedding or the head are exact:
+
+* no pipeline (pp = 1): one micro-batch; gradient accumulation finishes each backward before the next
+  forward.
+* GPipe (Huang et al. 2019): all ``m`` forwards run before any backward.
+* 1F1B (Narayanan et al. 2021, PipeDream-Flush) and ZB-H1 (Qi et al. 2024, which keeps 1F1B's peak):
+  rank ``r`` holds ``min(pp - r, m)`` micro-batches; the first stage holds ``min(pp, m)``.
+* interleaved 1F1B (Narayanan et al. SC'21, Megatron-LM ``forward_backward_pipelining_with_interleaving``):
+  rank ``r`` runs ``(pp - r - 1) * 2 + (vpp - 1) * pp`` warm-up forwards plus one before its first
+  backward, capped at ``m * vpp``, in the order chunk 0 for ``pp`` micro-batches, chunk 1 for ``pp``, ...
+  For rank 0 with enough micro-batches that is ``L (1 + (pp-1)/(pp*vpp))`` layers' worth: Korthikanti's
+  interleaving factor ``1 + (p-1)/(p m)`` with ``m`` the number of model chunks.
+* ZBV (Qi et al. 2024, V-shaped): each of a rank's two chunks holds ``min(pp, m)`` micro-batches, the
+  same ``L`` layers' worth as 1F1B's first stage (the paper's design point); an approximation per rank.
+
+Recompute working set: Korthikanti's Table 2 counts only what is stored between forward and backward.
+During the backward, recompute rebuilds one layer's activations at a time (Megatron checkpoints each
+layer), so the peak also holds one layer's recomputed tensors: under full recompute the whole layer
+minus its stored input, under selective recompute one attention core's ``a s^2 b`` tensors. We add that
+one-layer working set to every rank that recomputes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from simgrid.layout.spec import Layout, check_layout
+from simgrid.memory.states import stage_block_groups
+from simgrid.model.blocks import stages_of_rank
+from simgrid.model.cost import block_cost
+from simgrid.model.spec import ModelSpec
+
+
+def inflight_microbatches(layout: Layout, pp_rank: int) -> dict[int, int]:
+    """Micro-batches whose activations each of the rank's stages holds at the rank's peak."""
+    m, pp, vpp = layout.num_microbatches, layout.pp, layout.vpp
+    stages = stages_of_rank(layout, pp_rank)
+    schedule = layout.schedule
+    if schedule == "none":
+        return {stage: 1 for stage in stages}
+    if schedule == "gpipe":
+        return {stage: m for stage in stages}
+    if schedule in ("1f1b", "zb-h1"):
+        return {stage: min(pp - pp_rank, m) for stage in stages}
+    if schedule == "zbv":
+        return {stage: min(pp, m) for stage in stages}
+    # interleaved-1f1b: the first forwards in Megatron's order, chunk (k // pp) % vpp for the k-th one.
+    total = m * vpp
+    held = min((pp - pp_rank - 1) * 2 + (vpp - 1) * pp + 1, total)
+    counts = Counter(stages[(k // pp) % vpp] for k in range(held))
+    return {stage: counts.get(stage, 0) for stage in stages}
+
+
+def stage_activation_bytes(model: ModelSpec, layout: Layout, stage: int) -> int:
+    """Bytes one micro-batch leaves saved in global stage ``stage`` after its forward (one tp rank)."""
+    return sum(block_cost(model, layout, block).activation_bytes * copies
+               for block, copies in stage_block_groups(model, layout, stage))
+
+
+def recompute_working_bytes(model: ModelSpec, layout: Layout) -> int:
+    """Extra bytes of one layer's recomputed activations during the backward (0 without recompute)."""
+    if layout.recompute == "none":
+        return 0
+    plain = replace(layout, recompute="none")
+    layer = (1, 2)  # every layer has the same shapes; blocks 1 and 2 are layer 0
+    full = sum(block_cost(model, plain, block).activation_bytes for block in layer)
+    stored = sum(block_cost(model, layout, block).activation_bytes for block in layer)
+    return full - stored
+
+
+def activation_memory_bytes(model: ModelSpec, layout: Layout) -> list[int]:
+    """Peak activation bytes of each pipeline rank (index = pipeline rank, one tp rank each):
+    saved activations of the micro-batches in flight plus the recompute working set."""
+    check_layout(model, layout)
+    working = recompute_working_bytes(model, layout)
+    per_rank = []
+    for pp_rank in range(layout.pp):
+        held = inflight_microbatches(layout, pp_rank)
+        saved = sum(count * stage_activation_bytes(model, layout, stage) for stage, count in held.items())
+        per_rank.append(saved + working)
+    return per_rank

@@ -1,0 +1,120 @@
+""""What would fit": layouts near the user's that fit a GPU, fewest GPUs and fewest changes first.
+
+The search varies the knobs that trade memory for GPUs or speed, one family at a time: ZeRO stage 0-3,
+data-parallel degree, tensor parallelism (<= 8, within one node, with sequence parallelism), pipeline
+parallelism (1F1B), activation recompute, optimizer offload and 8-bit Adam, up to ``max_gpus`` GPUs.
+For each combination of changed knobs it keeps the fitting variant with the fewest GPUs, then ranks the
+recipes by GPU count, number of changed settings and memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import NamedTuple
+
+from simgrid.errors import LayoutError, SimgridError
+from simgrid.layout.spec import Layout, OptimizerName, check_layout
+from simgrid.memory.estimate import GPULike, estimate_memory
+from simgrid.model.spec import ModelSpec
+
+#: Largest tensor-parallel degree suggested: TP traffic needs the intra-node fabric (8 GPUs per node).
+MAX_SUGGESTED_TP = 8
+
+
+class LayoutSuggestion(NamedTuple):
+    """A layout that fits, why it differs from the user's, and its worst-rank memory."""
+
+    description: str
+    """Human-readable summary of the changes, e.g. ``"2 GPUs: dp=2, ZeRO-3, full recompute"``."""
+    layout: Layout
+    """The suggested layout."""
+    total_bytes: int
+    """Worst-rank GPU memory of the suggestion."""
+
+
+def suggest_layouts(model: ModelSpec, layout: Layout, gpu: GPULike, max_gpus: int = 64,
+                    limit: int = 5) -> list[LayoutSuggestion]:
+    """Up to ``limit`` layouts that fit ``gpu``, using at most ``max_gpus`` GPUs (empty if none does)."""
+    if max_gpus < 1 or limit < 1:
+        raise LayoutError(f"max_gpus = {max_gpus} and limit = {limit} must be >= 1")
+    capacity = int(gpu.memory_bytes)
+    # Per kind of change (which knobs moved, not by how much) keep the variant with the fewest GPUs, so
+    # the answer offers distinct recipes (e.g. offload on 2 GPUs, ZeRO-3 on 8) rather than near-copies.
+    best: dict[frozenset[str], tuple[int, int, int, LayoutSuggestion]] = {}
+    for candidate in _candidates(model, layout, max_gpus):
+        try:
+            estimate = estimate_memory(model, candidate)
+        except SimgridError:
+            continue
+        if estimate.total_bytes > capacity:
+            continue
+        changes = _changes(layout, candidate)
+        text = f"{candidate.world_size} GPU{'s' if candidate.world_size > 1 else ''}: " + (
+            ", ".join(changes) if changes else "as given")
+        rank = (candidate.world_size, len(changes), estimate.total_bytes)
+        kind = frozenset(change.split("=")[0] for change in changes)
+        if kind not in best or rank < best[kind][:3]:
+            best[kind] = (*rank, LayoutSuggestion(text, candidate, estimate.total_bytes))
+    ranked = sorted(best.values(), key=lambda item: item[:3])
+    return [item[3] for item in ranked[:limit]]
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    return [2**k for k in range(limit.bit_length()) if 2**k <= limit]
+
+
+def _candidates(model: ModelSpec, base: Layout, max_gpus: int) -> list[Layout]:
+    tps = sorted({base.tp, *(t for t in _powers_of_two(MAX_SUGGESTED_TP) if model.num_heads % t == 0)})
+    pps = sorted({base.pp, *(p for p in _powers_of_two(max_gpus) if model.num_layers % p == 0)})
+    dps = sorted({base.dp, *_powers_of_two(max_gpus)})
+    recomputes = sorted({base.recompute, "full"})
+    offloads = sorted({base.offload_optimizer, True})
+    optimizers: list[OptimizerName] = [base.optimizer]
+    if base.optimizer == "adam":
+        optimizers.append("adam-8bit")
+    out: list[Layout] = []
+    for tp, pp, dp, zero, recompute, offload, optimizer in itertools.product(
+        tps, pps, dps, range(4), recomputes, offloads, optimizers
+    ):
+        if tp * pp * dp > max_gpus or (zero >= 2 and pp > 1) or (zero > 0 and dp == 1 and zero != base.zero):
+            continue
+        if offload and optimizer != base.optimizer:
+            continue  # an offloaded optimizer's kind does not change GPU memory
+        same_pipeline = pp == base.pp
+        mbs = base.micro_batch_size
+        step = mbs * dp * (pp if not same_pipeline or base.schedule == "interleaved-1f1b" else 1)
+        gbs = max(base.gbs, step)
+        gbs += (-gbs) % step
+        try:
+            candidate = dataclasses.replace(
+                base, tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute, offload_optimizer=offload,
+                optimizer=optimizer, global_batch_size=gbs,
+                sequence_parallel=base.sequence_parallel if tp == base.tp else tp > 1,
+                schedule=base.schedule if same_pipeline else ("none" if pp == 1 else "1f1b"),
+                vpp=base.vpp if same_pipeline else 1,
+                dp_mode="allreduce" if zero else base.dp_mode,
+            )
+            check_layout(model, candidate)
+        except SimgridError:
+            continue
+        out.append(candidate)
+    return out
+
+
+def _changes(base: Layout, new: Layout) -> list[str]:
+    changes = []
+    for field, label in (("dp", "dp"), ("tp", "tp"), ("pp", "pp")):
+        if getattr(new, field) != getattr(base, field):
+            changes.append(f"{label}={getattr(new, field)}")
+    if new.sequence_parallel != base.sequence_parallel:
+        changes.append("sequence parallel" if new.sequence_parallel else "no sequence parallel")
+    if new.zero != base.zero:
+        changes.append(f"ZeRO-{new.zero}")
+    if new.recompute != base.recompute:
+        changes.append(f"{new.recompute} recompute")
+    if new.offload_optimizer != base.offload_optimizer:
+        changes.append("optimizer offload to CPU" if new.offload_optimizer else "no offload")
+    if new.optimizer != base.optimizer:
+        changes.append(f"optimizer {new.optimizer}")
+    return changes

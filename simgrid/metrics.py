@@ -1,0 +1,174 @@
+"""Metrics of one training step, derived from a :class:`~simgrid.trace.Trace`.
+
+Definitions (every average over ranks weights a traced rank by the number of ranks it stands for,
+``trace.multiplicity(rank)``, so symmetric and full simulations give the same numbers):
+
+* ``step_time_s``: the trace's makespan (latest end of any op, steps start at 0).
+* ``tokens_per_s``: ``global_batch * seq_length / step_time_s``.
+* ``tflops_per_gpu`` (MFU numerator): model FLOPs per iteration without recompute
+  (:func:`simgrid.model.model_flops_per_iteration`: 6N + attention, Megatron SC'21 eq. 3 form)
+  / step time / world size / 1e12.
+* ``hw_tflops_per_gpu`` (HFU numerator, what Megatron SC'21 Table 1 reports): FLOPs of every executed
+  compute op, recompute included, summed over all ranks / step time / world size / 1e12.
+* ``mfu``, ``hfu``: those rates over the GPU's dense peak at the layout's dtype.
+* ``bubble_fraction``: the pipeline window is ``[t0, t1]``, from the first start to the last end of any
+  F/B/I/W/R op on any rank (the optimizer and the gradient sync after the last backward lie outside).
+  For each rank, *busy* is its F/B/I/W/R time and *exposed* its exposed-communication time (below)
+  inside the window; ``bubble = 1 - sum(busy + exposed) / (ranks * (t1 - t0))``. So bubble, exposed
+  communication and useful compute partition the window; with free communication, equal stage times
+  and no recompute it is the textbook (p-1)/(m+p-1) for GPipe/1F1B and (p-1)/(v*m+p-1) interleaved.
+* ``exposed_comm_s`` by kind (tp, pp, dp): per rank, the time its compute stream sat blocked in a WAIT
+  *while the awaited communication was running* (waiting for a peer to issue its side is idle time,
+  not communication), summed per kind, then averaged over ranks. Kinds follow
+  :data:`simgrid.trace.PURPOSE_TO_COMM_KIND` (SEND/RECV and the tied-embedding sync are pp).
+* link utilisation (flow mode): bytes a link carried / (its bandwidth x step time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from simgrid.trace import Trace, comm_kind
+
+if TYPE_CHECKING:
+    from simgrid.layout import Layout
+    from simgrid.model.spec import ModelSpec
+
+PIPELINE_KINDS = frozenset({"F", "B", "I", "W", "R"})
+"""Compute kinds that make up the pipeline (everything but the optimizer step)."""
+
+COMM_KINDS = ("tp", "pp", "dp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Metrics:
+    """Headline numbers of one simulated (or measured) step."""
+
+    step_time_s: float
+    """Time of one training step."""
+    tokens_per_s: float
+    """Training tokens processed per second over the whole cluster."""
+    tflops_per_gpu: float
+    """Model TFLOP/s per GPU (no recompute): the MFU numerator."""
+    hw_tflops_per_gpu: float
+    """Executed TFLOP/s per GPU (recompute included): the HFU numerator."""
+    mfu: float
+    """Model FLOPs utilisation: ``tflops_per_gpu`` over the GPU's peak."""
+    hfu: float
+    """Hardware FLOPs utilisation: ``hw_tflops_per_gpu`` over the GPU's peak."""
+    bubble_fraction: float
+    """Idle fraction of the pipeline ranks' compute stream in the pipeline window (module docstring)."""
+    exposed_comm_s: Mapping[str, float]
+    """Seconds per rank the compute stream waited on running communication, by kind tp/pp/dp."""
+    peak_memory_bytes: int
+    """Largest per-rank device memory peak."""
+    memory_capacity_bytes: int
+    """Device memory of one GPU."""
+    fits: bool
+    """Every rank's peak is within capacity."""
+    world_size: int
+    """Number of GPUs."""
+    link_utilisation: Mapping[str, float] = field(default_factory=dict)
+    """Flow mode: fraction of each link's bandwidth used over the step."""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The issue's JSON keys (seconds, bytes)."""
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "hw_tflops_per_gpu": self.hw_tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "bubble_fraction": self.bubble_fraction,
+            "peak_memory_bytes": self.peak_memory_bytes,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "fits": self.fits,
+            "exposed_comm_s": {k: self.exposed_comm_s.get(k, 0.0) for k in COMM_KINDS},
+            "world_size": self.world_size,
+        }
+
+
+def _weight(trace: Trace) -> dict[int, int]:
+    return {r: trace.multiplicity(r) for r in trace.ranks()}
+
+
+def pipeline_window(trace: Trace) -> tuple[float, float]:
+    """``(t0, t1)``: first start and last end of any F/B/I/W/R op; ``(0, 0)`` without one."""
+    starts = [r.start_s for r in trace.timing_rows if r.kind in PIPELINE_KINDS]
+    ends = [r.end_s for r in trace.timing_rows if r.kind in PIPELINE_KINDS]
+    return (min(starts), max(ends)) if starts else (0.0, 0.0)
+
+
+def bubble_fraction(trace: Trace) -> float:
+    """Idle fraction of the compute stream in the pipeline window (see the module docstring)."""
+    t0, t1 = pipeline_window(trace)
+    span = t1 - t0
+    if span <= 0:
+        return 0.0
+    weights = _weight(trace)
+    used: dict[int, float] = {}
+    for row in trace.timing_rows:
+        if row.kind in PIPELINE_KINDS:
+            used[row.rank] = used.get(row.rank, 0.0) + row.end_s - row.start_s
+    for row in trace.timing_rows:
+        if row.kind == "WAIT" and row.rank in used and row.exposed_s > 0:
+            # The exposed part is the tail of the wait: [end - exposed, end], clipped to the window.
+            lo, hi = max(row.end_s - row.exposed_s, t0), min(row.end_s, t1)
+            if hi > lo:
+                used[row.rank] += hi - lo
+    total_weight = sum(weights[r] for r in used)
+    busy = sum(weights[r] * t for r, t in used.items())
+    return max(0.0, 1.0 - busy / (total_weight * span))
+
+
+def exposed_comm_by_kind(trace: Trace) -> dict[str, float]:
+    """Mean seconds per rank blocked on running communication, by kind tp/pp/dp (see module docstring)."""
+    weights = _weight(trace)
+    total_weight = sum(weights.values())
+    out = dict.fromkeys(COMM_KINDS, 0.0)
+    if not total_weight:
+        return out
+    for row in trace.timing_rows:
+        if row.kind == "WAIT" and row.exposed_s > 0:
+            kind = comm_kind(row.purpose)
+            if kind in out:
+                out[kind] += row.exposed_s * weights[row.rank]
+    return {k: v / total_weight for k, v in out.items()}
+
+
+def executed_flops(trace: Trace) -> float:
+    """FLOPs of every executed compute op over all ranks (traced ranks scaled by their multiplicity)."""
+    weights = _weight(trace)
+    return sum(row.flops * weights[row.rank] for row in trace.timing_rows if row.flops)
+
+
+def compute_metrics(trace: Trace, *, model: ModelSpec, layout: Layout, peak_flops_per_gpu: float,
+                    peak_memory_bytes: int = 0, memory_capacity_bytes: int = 0,
+                    link_utilisation: Mapping[str, float] | None = None) -> Metrics:
+    """All :class:`Metrics` of one step from its trace, the model, the layout and the GPU peak (FLOP/s)."""
+    from simgrid.model import model_flops_per_iteration
+
+    world = layout.world_size
+    step = trace.makespan_s
+    model_flops = model_flops_per_iteration(model, layout.gbs)
+    hw_flops = executed_flops(trace)
+    per_gpu = (lambda flops: flops / step / world) if step > 0 else (lambda flops: 0.0)
+    model_rate, hw_rate = per_gpu(model_flops), per_gpu(hw_flops)
+    return Metrics(
+        step_time_s=step,
+        tokens_per_s=layout.gbs * model.seq_length / step if step > 0 else 0.0,
+        tflops_per_gpu=model_rate / 1e12,
+        hw_tflops_per_gpu=hw_rate / 1e12,
+        mfu=model_rate / peak_flops_per_gpu,
+        hfu=hw_rate / peak_flops_per_gpu,
+        bubble_fraction=bubble_fraction(trace),
+        exposed_comm_s=exposed_comm_by_kind(trace),
+        peak_memory_bytes=int(peak_memory_bytes),
+        memory_capacity_bytes=int(memory_capacity_bytes),
+        fits=peak_memory_bytes <= memory_capacity_bytes,
+        world_size=world,
+        link_utilisation=dict(link_utilisation or {}),
+    )

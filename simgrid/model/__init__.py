@@ -1,0 +1,90 @@
+"""Decoder-only transformer descriptions, presets and cost formulas."""
+
+from simgrid.model.activations import block_activation_bytes, layer_activation_bytes, uses_dropout
+from simgrid.model.blocks import (
+    block_kind,
+    layers_per_stage,
+    local_kv_heads,
+    local_q_heads,
+    local_vocab,
+    microbatch_tokens,
+    num_model_blocks,
+    p2p_bytes,
+    rank_of_stage,
+    stage_blocks,
+    stage_layer_counts,
+    stage_layers,
+    stage_of_block,
+    stages_of_rank,
+)
+from simgrid.model.comm import TPCollective, block_tp_collectives
+from simgrid.model.cost import BlockCost, block_cost
+from simgrid.model.flops import (
+    BlockFlops,
+    block_flops,
+    flops_6n_attention,
+    megatron_eq3_flops,
+    model_flops_per_iteration,
+)
+from simgrid.model.kernels import BlockKernels, block_kernels
+from simgrid.model.params import (
+    attention_params,
+    block_params,
+    block_params_on_rank,
+    embedding_params,
+    head_params,
+    layer_params,
+    matmul_params,
+    mlp_params,
+    non_embedding_params,
+    param_count,
+)
+from simgrid.model.presets import MODEL_ALIASES, get_model, list_models, model_from_params, model_names
+from simgrid.model.spec import ModelSpec
+
+__all__ = [
+    "MODEL_ALIASES",
+    "BlockCost",
+    "BlockFlops",
+    "BlockKernels",
+    "ModelSpec",
+    "TPCollective",
+    "attention_params",
+    "block_activation_bytes",
+    "block_cost",
+    "block_flops",
+    "block_kernels",
+    "block_kind",
+    "block_params",
+    "block_params_on_rank",
+    "block_tp_collectives",
+    "embedding_params",
+    "flops_6n_attention",
+    "get_model",
+    "head_params",
+    "layer_activation_bytes",
+    "layer_params",
+    "layers_per_stage",
+    "list_models",
+    "local_kv_heads",
+    "local_q_heads",
+    "local_vocab",
+    "matmul_params",
+    "megatron_eq3_flops",
+    "microbatch_tokens",
+    "mlp_params",
+    "model_flops_per_iteration",
+    "model_from_params",
+    "model_names",
+    "non_embedding_params",
+    "num_model_blocks",
+    "p2p_bytes",
+    "param_count",
+    "rank_of_stage",
+    "stage_blocks",
+    "stage_layer_counts",
+    "stage_layers",
+    "stage_of_block",
+    "stages_of_rank",
+    "uses_dropout",
+]

@@ -1,0 +1,127 @@
+"""Floating-point operations per sub-block and per training iteration.
+
+Counting convention (Narayanan et al. SC'21, section 5.1, eq. 3): only matrix multiplies count; an
+``(m x k) @ (k x n)`` product is ``2mnk`` FLOPs. A linear layer's backward is two products of the same
+size, one for the input gradient (I) and one for the weight gradient (W). The attention core (``Q K^T``
+and ``softmax @ V``, ``4 b s^2 h`` forward with no causal-mask discount, as eq. 3 counts it) has no
+weights, so its backward is input-gradient only, twice the forward. Element-wise work (norms, softmax,
+dropout, GeLU/SwiGLU, residual adds, bias adds) is memory-bound and is costed as HBM traffic in
+:mod:`simgrid.model.kernels`, not here; that is why the per-block sum equals eq. 3 exactly for a GPT shape.
+
+Per-block figures are for one micro-batch of ``b`` sequences on one tensor-parallel rank: Megatron splits
+the QKV/MLP-in columns, the out-projection/MLP-out rows, the attention heads and the vocabulary by ``tp``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simgrid.errors import ModelError
+from simgrid.layout.spec import RecomputePolicy
+from simgrid.model.blocks import block_kind, local_q_heads, local_vocab
+from simgrid.model.params import matmul_params, mlp_in_width, qkv_width
+from simgrid.model.spec import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockFlops:
+    """FLOPs of one sub-block for one micro-batch on one tensor-parallel rank."""
+
+    fwd: float
+    """Forward pass."""
+    bwd_input: float
+    """Backward, input-gradient part (I)."""
+    bwd_weight: float
+    """Backward, weight-gradient part (W)."""
+    attention_core_fwd: float
+    """Forward FLOPs of ``Q K^T`` and ``P V`` (what selective recompute repeats); 0 outside attention."""
+
+    def recompute(self, policy: RecomputePolicy, *, recomputable: bool) -> float:
+        """FLOPs repeated before the backward under a recompute policy.
+
+        Full recompute reruns the whole forward of transformer sub-blocks (Megatron checkpoints layer
+        inputs; the embedding and the head are not recomputed, which is why eq. 3's vocabulary term keeps
+        its factor 6 under full recompute); selective reruns the attention core only (Korthikanti et al.
+        2022, section 5).
+        """
+        if policy == "full":
+            return self.fwd if recomputable else 0.0
+        if policy == "selective":
+            return self.attention_core_fwd
+        return 0.0
+
+
+def block_flops(model: ModelSpec, block: int, *, micro_batch_size: int = 1, tp: int = 1) -> BlockFlops:
+    """Matmul FLOPs of one sub-block (see module docstring for the convention)."""
+    if micro_batch_size <= 0 or tp <= 0:
+        raise ModelError(f"micro_batch_size = {micro_batch_size} and tp = {tp} must be positive")
+    kind, _ = block_kind(model, block)
+    h, s = model.hidden_size, model.seq_length
+    tokens = micro_batch_size * s
+    if kind == "embed":
+        return BlockFlops(fwd=0.0, bwd_input=0.0, bwd_weight=0.0, attention_core_fwd=0.0)
+    if kind == "head":
+        logits = 2.0 * tokens * h * local_vocab(model, tp)
+        return BlockFlops(fwd=logits, bwd_input=logits, bwd_weight=logits, attention_core_fwd=0.0)
+    if kind == "attn":
+        linear = 2.0 * tokens * h * qkv_width(model, tp) + 2.0 * tokens * (h // tp) * h
+        # Q K^T and P V: each 2 * s * s * head_dim per local head per sequence (eq. 3's 4 b s^2 h).
+        core = 4.0 * micro_batch_size * s * s * local_q_heads(model, tp) * model.head_dim
+        return BlockFlops(fwd=linear + core, bwd_input=linear + 2.0 * core, bwd_weight=linear,
+                          attention_core_fwd=core)
+    linear = 2.0 * tokens * h * mlp_in_width(model, tp) + 2.0 * tokens * (model.ffn_size // tp) * h
+    return BlockFlops(fwd=linear, bwd_input=linear, bwd_weight=linear, attention_core_fwd=0.0)
+
+
+def model_flops_per_iteration(model: ModelSpec, global_batch: int, *, recompute: RecomputePolicy = "none") -> float:
+    """FLOPs of one iteration over ``global_batch`` sequences, summed over all blocks (no tp split).
+
+    With ``recompute="none"`` this is the MFU numerator: for a GPT shape it equals Narayanan et al. SC'21
+    eq. 3 without recompute, ``72 B s L h^2 (1 + s/(6h) + V/(12 h L))`` (Korthikanti et al. 2022, section
+    6.3); with ``"full"`` it equals eq. 3 as printed, ``96 B s L h^2 (1 + s/(6h) + V/(16 L h))``. For
+    gated MLPs and GQA it is the same count with the real matrix shapes. ``"selective"`` adds the attention
+    core forward (``4 B s^2 h`` per layer); note Korthikanti's HFU formula adds ``12 B s^2 h`` per layer
+    (``s/(3h)`` instead of ``s/(6h)``), more than a rerun of the core forward costs.
+    """
+    if global_batch <= 0:
+        raise ModelError(f"global_batch = {global_batch} must be a positive number of sequences")
+    total = 0.0
+    for block in _distinct_blocks(model):
+        f = block_flops(model, block, micro_batch_size=1)
+        kind, _ = block_kind(model, block)
+        copies = model.num_layers if kind in ("attn", "mlp") else 1
+        per_sequence = f.fwd + f.bwd_input + f.bwd_weight + f.recompute(recompute, recomputable=copies > 1)
+        total += copies * per_sequence
+    return total * global_batch
+
+
+def megatron_eq3_flops(model: ModelSpec, global_batch: int, *, full_recompute: bool = False) -> float:
+    """Narayanan et al. SC'21 eq. 3 literally, for GPT shapes (f = 4h, no GQA).
+
+    ``96 B s L h^2 (1 + s/(6h) + V/(16 L h))`` with full recompute (as printed in the paper) and
+    ``72 B s L h^2 (1 + s/(6h) + V/(12 h L))`` without (Korthikanti et al. 2022, section 6.3).
+    """
+    b, s, layers, h, v = global_batch, model.seq_length, model.num_layers, model.hidden_size, model.vocab_size
+    if full_recompute:
+        return 96.0 * b * s * layers * h * h * (1 + s / (6 * h) + v / (16 * layers * h))
+    return 72.0 * b * s * layers * h * h * (1 + s / (6 * h) + v / (12 * h * layers))
+
+
+def flops_6n_attention(model: ModelSpec, global_batch: int) -> float:
+    """Model FLOPs by Chowdhery et al. 2022 (PaLM), appendix B: ``6N + 12 L h s`` per token.
+
+    ``N`` is :func:`simgrid.model.params.matmul_params`: it excludes the input embedding (and learned
+    positions), because a lookup does no multiply-adds, but includes the ``h x V`` output projection,
+    which is a real matmul even when tied. ``12 L h s`` is the attention core (``Q K^T`` and ``P V``,
+    forward and backward) per token. Against eq. 3 the only difference is the biases and norms in ``6N``.
+    """
+    if global_batch <= 0:
+        raise ModelError(f"global_batch = {global_batch} must be a positive number of sequences")
+    tokens = global_batch * model.seq_length
+    per_token = 6.0 * matmul_params(model) + 12.0 * model.num_layers * model.hidden_size * model.seq_length
+    return per_token * tokens
+
+
+def _distinct_blocks(model: ModelSpec) -> tuple[int, ...]:
+    """Embedding, one attention, one MLP and the head: every layer has the same shapes."""
+    return (0, 1, 2, 2 * model.num_layers + 1)

@@ -1,0 +1,130 @@
+"""Memory-bound kernels of each sub-block: HBM bytes, kernel launches and the dominant GEMM shape.
+
+Kernels are those of Megatron-LM's GPT layer as Narayanan et al. SC'21 (section 4.2) and Korthikanti et
+al. 2022 describe it: fused bias+GeLU, fused bias+dropout+add, fused scale+mask+softmax, unfused attention
+core (no FlashAttention, matching the ``a s^2 b`` activations of Korthikanti Table 2). Each memory-bound
+kernel is charged the bytes of every tensor it reads plus every tensor it writes, once (no cache reuse):
+
+forward                                             backward
+  norm: read x, write y                 2E            read dy and x, write dx            3E
+  rope on Q, K: read, write             2(Q+K)        same                               2(Q+K)
+  softmax (scale+mask fused): r, w      2S            read dP and P, write dS            3S
+  attention dropout: read, write+mask   S(2d+1)/d     read dY and mask, write dX         S(2d+1)/d
+  bias+dropout+residual add:            3E + mask     read dY (and mask), write dX       2E + mask
+  bias+GeLU: read, write                2F            read dY and x, write dx            3F
+  SwiGLU: read gate, up; write          3F            read dY, gate, up; write two       5F
+                                                      residual-branch gradient sum       3E
+                                                      bias gradients (column sums): read the output grads
+where ``E = T h d`` (divided by ``tp`` under sequence parallelism), ``S = a_local b s^2 d``,
+``F = T f_local d``, ``T = b s`` tokens and ``d`` the element size. Matmul operands are not counted here:
+the compute model costs GEMMs by FLOPs and shape. The embedding is a gather (read + write ``T h d``), a
+position add and a dropout; the loss is Megatron's fp32 vocabulary-parallel cross entropy: forward
+cast (read ``d``, write 4), max (read 4), exp in place (read 4, write 4) and sum (read 4) per logit,
+backward subtract in place (read 4, write 4) and cast back (read 4, write ``d``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simgrid.layout.spec import Layout
+from simgrid.model.activations import MASK_BYTES, uses_dropout
+from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_vocab
+from simgrid.model.params import mlp_in_width, qkv_width
+from simgrid.model.spec import ModelSpec
+
+#: Bytes per logit touched by the fp32 cross-entropy forward: cast d->4 (d + 4), max (4), exp (8), sum (4).
+LOSS_FWD_BYTES_PER_LOGIT_EXTRA = 20
+#: Backward: subtract one-hot in place (8), cast back (4 + d).
+LOSS_BWD_BYTES_PER_LOGIT_EXTRA = 12
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockKernels:
+    """Memory-bound traffic, launch counts and the main GEMM shape of one sub-block (one tp rank)."""
+
+    fwd_hbm_bytes: int
+    """Bytes read + written by the forward's memory-bound kernels."""
+    bwd_hbm_bytes: int
+    """Bytes read + written by the backward's memory-bound kernels."""
+    fwd_kernels: int
+    """Kernel launches in the forward, GEMMs included."""
+    bwd_kernels: int
+    """Kernel launches in the full backward (I and W), GEMMs included."""
+    gemm_mnk: tuple[int, int, int]
+    """(M, N, K) of the largest GEMM; zeros when the block has none."""
+    core_fwd_hbm_bytes: int = 0
+    """Forward bytes of the attention core's softmax and dropout (what selective recompute repeats)."""
+    core_fwd_kernels: int = 0
+    """Forward launches of the attention core: QK^T, softmax, (dropout,) PV; 0 outside attention."""
+
+
+def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
+    """HBM bytes, launches and GEMM shape of one sub-block for one micro-batch on one tp rank."""
+    kind, _ = block_kind(model, block)
+    tp, d = layout.tp, layout.param_bytes
+    h, s, b = model.hidden_size, model.seq_length, layout.micro_batch_size
+    tokens = b * s
+    # GEMMs see the whole sequence (sequence parallelism all-gathers before them); element-wise work on
+    # the residual stream runs on the sequence shard.
+    hidden = tokens * h * d // (tp if layout.sequence_parallel else 1)
+    dropout = uses_dropout(model)
+    mask = hidden // d * MASK_BYTES if dropout else 0
+    bias = model.bias
+
+    if kind == "embed":
+        fwd = 2 * tokens * h * d  # gather: read rows, write
+        bwd = 3 * tokens * h * d  # scatter-add into the gradient rows: read dY, read + write rows
+        fwd_k, bwd_k = 1 + (2 if tp > 1 else 0), 1  # vocab-parallel masking: build mask, zero rows
+        if model.position == "learned":
+            fwd += 3 * hidden
+            bwd += 3 * hidden
+            fwd_k, bwd_k = fwd_k + 1, bwd_k + 1
+        if dropout:
+            fwd += 2 * hidden + mask
+            bwd += 2 * hidden + mask
+            fwd_k, bwd_k = fwd_k + 1, bwd_k + 1
+        return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k, bwd_kernels=bwd_k,
+                            gemm_mnk=(0, 0, 0))
+
+    if kind == "head":
+        logits = tokens * local_vocab(model, tp)
+        fwd = 2 * hidden + logits * (d + LOSS_FWD_BYTES_PER_LOGIT_EXTRA)
+        bwd = 3 * hidden + logits * (d + LOSS_BWD_BYTES_PER_LOGIT_EXTRA)
+        # norm, GEMM, cast, max, exp, sum, target gather / norm bwd, 2 GEMMs, subtract, cast
+        return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=7, bwd_kernels=5,
+                            gemm_mnk=(tokens, local_vocab(model, tp), h))
+
+    norm_fwd, norm_bwd = 2 * hidden, 3 * hidden
+    residual_fwd, residual_bwd, residual_sum = 3 * hidden + mask, 2 * hidden + mask, 3 * hidden
+    if kind == "attn":
+        scores = local_q_heads(model, tp) * b * s * s * d
+        qk = tokens * (local_q_heads(model, tp) + local_kv_heads(model, tp)) * model.head_dim * d
+        fwd = norm_fwd + 2 * scores + residual_fwd
+        bwd = norm_bwd + 3 * scores + residual_bwd + residual_sum
+        # norm, QKV, QK^T, softmax, PV, out-proj, residual / their backwards with I and W GEMMs split.
+        fwd_k, bwd_k = 7, 1 + 2 + 2 + 1 + 2 + 2 + 1 + 1
+        core_bytes, core_k = 2 * scores, 3
+        if dropout:
+            drop = scores * (2 * d + MASK_BYTES) // d
+            fwd, bwd, fwd_k, bwd_k = fwd + drop, bwd + drop, fwd_k + 1, bwd_k + 1
+            core_bytes, core_k = core_bytes + drop, core_k + 1
+        if model.position == "rope":
+            fwd, bwd, fwd_k, bwd_k = fwd + 2 * qk, bwd + 2 * qk, fwd_k + 1, bwd_k + 1
+        if bias:
+            bwd += tokens * qkv_width(model, tp) * d + hidden
+            bwd_k += 2
+        return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k, bwd_kernels=bwd_k,
+                            gemm_mnk=(tokens, qkv_width(model, tp), h), core_fwd_hbm_bytes=core_bytes,
+                            core_fwd_kernels=core_k)
+
+    inner = tokens * (model.ffn_size // tp) * d
+    act_fwd, act_bwd = (3 * inner, 5 * inner) if model.gated_mlp else (2 * inner, 3 * inner)
+    fwd = norm_fwd + act_fwd + residual_fwd
+    bwd = norm_bwd + act_bwd + residual_bwd + residual_sum
+    fwd_k, bwd_k = 5, 1 + 2 + 1 + 2 + 1 + 1  # norm, fc1, act, fc2, residual / backwards
+    if bias:
+        bwd += tokens * mlp_in_width(model, tp) * d + hidden
+        bwd_k += 2
+    return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k, bwd_kernels=bwd_k,
+                        gemm_mnk=(tokens, mlp_in_width(model, tp), h))

@@ -1,0 +1,145 @@
+"""Named model presets and a GPT-style shape for a bare parameter count.
+
+Sources of the shapes:
+
+* ``gpt3-175b``: Brown et al. 2020, Table 2.1 (96 layers, h = 12288, 96 heads), with Megatron-LM's
+  padded vocabulary 51200 and s = 2048, as trained in Narayanan et al. SC'21 and Korthikanti et al. 2022.
+* ``megatron-*``: every row of Narayanan et al. SC'21 Table 1 (``shared/reference/megatron_sc21_table1.csv``):
+  GPT recipe with LayerNorm, biases, learned positions, tied embeddings, f = 4h, V = 51200, s = 2048.
+* ``korthikanti-22b``: Korthikanti et al. 2022 Table 3 (48 layers, h = 6144, 64 heads). Its 175B, 530B
+  and 1T models have exactly the shapes of ``gpt3-175b``, ``megatron-529.6b`` and ``megatron-1t``; the
+  aliases ``korthikanti-175b``, ``korthikanti-530b`` and ``korthikanti-1t`` name them.
+* ``llama2-*``: Touvron et al. 2023 (Llama 2), Table 1 and the released configs (``config.json``).
+* ``llama3-*``: Llama Team 2024 ("The Llama 3 Herd of Models"), Table 3 and the released configs.
+* ``gpt2-small``: Radford et al. 2019 / the released 124M checkpoint (vocabulary 50257, s = 1024).
+* ``tiny-gpt``: a made-up GPT small enough for CPU executor tests (layers and heads divisible by 2 and 4).
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+
+from simgrid.errors import ModelError
+from simgrid.model.params import param_count
+from simgrid.model.spec import ModelSpec
+
+
+def _gpt(name: str, layers: int, hidden: int, heads: int, *, vocab: int = 51200, seq: int = 2048) -> ModelSpec:
+    return ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, vocab_size=vocab,
+                     seq_length=seq)
+
+
+def _llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, *, vocab: int,
+           seq: int) -> ModelSpec:
+    return ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
+                     ffn_hidden_size=ffn, gated_mlp=True, vocab_size=vocab, seq_length=seq,
+                     tied_embeddings=False, norm="rmsnorm", position="rope", bias=False)
+
+
+#: (name, layers, hidden, heads) of Narayanan et al. SC'21 Table 1; the name is the published size.
+MEGATRON_TABLE1_SHAPES: tuple[tuple[str, int, int, int], ...] = (
+    ("megatron-1.7b", 24, 2304, 24),
+    ("megatron-3.6b", 30, 3072, 32),
+    ("megatron-7.5b", 36, 4096, 32),
+    ("megatron-18.4b", 40, 6144, 48),
+    ("megatron-39.1b", 48, 8192, 64),
+    ("megatron-76.1b", 60, 10240, 80),
+    ("megatron-145.6b", 80, 12288, 96),
+    ("megatron-310.1b", 96, 16384, 128),
+    ("megatron-529.6b", 105, 20480, 128),
+    ("megatron-1t", 128, 25600, 160),
+)
+
+_PRESETS: tuple[ModelSpec, ...] = (
+    _gpt("gpt3-175b", 96, 12288, 96),
+    *(_gpt(name, layers, hidden, heads) for name, layers, hidden, heads in MEGATRON_TABLE1_SHAPES),
+    _gpt("korthikanti-22b", 48, 6144, 64),
+    _llama("llama2-7b", 32, 4096, 32, 32, 11008, vocab=32000, seq=4096),
+    _llama("llama2-13b", 40, 5120, 40, 40, 13824, vocab=32000, seq=4096),
+    _llama("llama2-70b", 80, 8192, 64, 8, 28672, vocab=32000, seq=4096),
+    _llama("llama3-8b", 32, 4096, 32, 8, 14336, vocab=128256, seq=8192),
+    _llama("llama3-70b", 80, 8192, 64, 8, 28672, vocab=128256, seq=8192),
+    _llama("llama3-405b", 126, 16384, 128, 8, 53248, vocab=128256, seq=8192),
+    _gpt("gpt2-small", 12, 768, 12, vocab=50257, seq=1024),
+    _gpt("tiny-gpt", 4, 64, 4, vocab=256, seq=32),
+)
+
+#: Other names of the same shapes (Korthikanti et al. 2022 Table 3 reuses the SC'21 models).
+MODEL_ALIASES: dict[str, str] = {
+    "korthikanti-175b": "gpt3-175b",
+    "korthikanti-530b": "megatron-529.6b",
+    "korthikanti-1t": "megatron-1t",
+}
+
+_BY_NAME: dict[str, ModelSpec] = {m.name: m for m in _PRESETS}
+
+
+def list_models() -> list[ModelSpec]:
+    """Every preset, in a stable order (aliases not repeated)."""
+    return list(_PRESETS)
+
+
+def model_names() -> list[str]:
+    """Preset names followed by the aliases."""
+    return [m.name for m in _PRESETS] + list(MODEL_ALIASES)
+
+
+def get_model(name: str) -> ModelSpec:
+    """The preset called ``name`` (case-insensitive; aliases accepted)."""
+    key = str(name).strip().lower()
+    key = MODEL_ALIASES.get(key, key)
+    if key in _BY_NAME:
+        return _BY_NAME[key]
+    names = model_names()
+    close = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise ModelError(f"unknown model {name!r}{hint} Known models: {', '.join(names)}")
+
+
+# Shapes (hidden, heads) that model_from_params chooses among: GPT-2 small/medium/large and the
+# SC'21 Table 1 rows, i.e. widths people actually train at each size.
+_WIDTH_FAMILY: tuple[tuple[int, int, int], ...] = (
+    (12, 768, 12),
+    (24, 1024, 16),
+    (36, 1280, 20),
+    *((layers, hidden, heads) for _, layers, hidden, heads in MEGATRON_TABLE1_SHAPES),
+)
+
+#: Smallest count :func:`model_from_params` accepts: below it the embedding alone dominates.
+MIN_PARAMS_FOR_SHAPE = 50_000_000
+
+
+def model_from_params(n_params: float) -> ModelSpec:
+    """A GPT-style model (Megatron recipe, V = 51200, s = 2048) with about ``n_params`` parameters.
+
+    Rule: take the reference shape (GPT-2 small/medium/large or an SC'21 Table 1 row) whose own parameter
+    count is nearest to ``n_params`` on a log scale, keep its width and head count, and choose the layer
+    count (at least 1) that brings the total closest to ``n_params``. The result is within half a layer
+    (``~12h^2`` parameters, under 3% for every size above 1B) of the request.
+    """
+    if isinstance(n_params, bool) or not isinstance(n_params, (int, float)) or not math.isfinite(n_params):
+        raise ModelError(f"--params = {n_params!r} must be a number of parameters such as 7e9")
+    if n_params < MIN_PARAMS_FOR_SHAPE:
+        raise ModelError(
+            f"--params = {n_params:.3g} is too small to size a GPT shape (minimum {MIN_PARAMS_FOR_SHAPE:.0e}); "
+            "use --model tiny-gpt or a preset"
+        )
+    best = min(
+        _WIDTH_FAMILY,
+        key=lambda shape: abs(math.log(param_count(_gpt("probe", *shape)) / n_params)),
+    )
+    _, hidden, heads = best
+    one_layer = _gpt("probe", 1, hidden, heads)
+    two_layers = _gpt("probe", 2, hidden, heads)
+    per_layer = param_count(two_layers) - param_count(one_layer)
+    fixed = param_count(one_layer) - per_layer
+    layers = max(1, round((n_params - fixed) / per_layer))
+    return _gpt(f"gpt-{_short(n_params)}", layers, hidden, heads)
+
+
+def _short(n_params: float) -> str:
+    for scale, suffix in ((1e12, "t"), (1e9, "b"), (1e6, "m")):
+        if n_params >= scale:
+            return f"{n_params / scale:.3g}{suffix}"
+    return f"{n_params:.3g}"

@@ -1,0 +1,62 @@
+"""Gradient buckets: which sub-blocks' gradients are synchronised together, shared with the executor.
+
+PyTorch DDP groups parameters into buckets of about ``bucket_cap_mb`` (25 MB by default) in the reverse
+of their forward order, because gradients become ready in backward order, and launches a bucket's
+all-reduce as soon as all its gradients are ready (Li et al., "PyTorch Distributed", VLDB 2020,
+section 3.2.3). We bucket whole sub-blocks: walking a stage's blocks from last to first, a bucket is
+closed as soon as it holds at least ``layout.bucket_size_MB`` MiB of gradients (DDP's ``bucket_cap_mb``
+is in MiB, ``bucket_cap_mb * 1024 * 1024``; the memory model sizes its buckets the same way), and the
+remainder forms the last bucket. The executor calls :func:`grad_buckets` too, so both agree on what a bucket holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from simgrid.layout.spec import Layout
+from simgrid.model.spec import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bucket:
+    """One gradient bucket of a pipeline stage."""
+
+    index: int
+    """Position in the stage's bucket list (0 is synchronised first: it holds the last blocks)."""
+    blocks: tuple[int, ...]
+    """Sub-blocks whose gradients the bucket holds, in backward (descending) order."""
+    bytes: int
+    """Gradient bytes of the bucket on one rank before any ZeRO sharding."""
+
+
+def block_grad_bytes(model: ModelSpec, layout: Layout, block: int) -> int:
+    """Unsharded gradient bytes of one sub-block on one tensor-parallel rank.
+
+    ZeRO-2/3 shard the gradient *after* it is reduced; the buffer a bucket synchronises is the full one,
+    so the memory model is asked for the gradient size with ZeRO at most 1 (gradients unsharded).
+    """
+    from simgrid.memory.states import block_state_bytes
+
+    unsharded = dataclasses.replace(layout, zero=min(layout.zero, 1))
+    return int(block_state_bytes(model, unsharded, block).grads_bytes)
+
+
+def grad_buckets(model: ModelSpec, layout: Layout, stage: int) -> list[Bucket]:
+    """Buckets of global pipeline ``stage``: its blocks in reverse order, closed at the bucket size."""
+    from simgrid.memory.buffers import BYTES_PER_BUCKET_MB
+    from simgrid.model import stage_blocks
+
+    cap = layout.bucket_size_MB * BYTES_PER_BUCKET_MB
+    buckets: list[Bucket] = []
+    current: list[int] = []
+    size = 0
+    for block in reversed(stage_blocks(model, layout, stage)):
+        current.append(block)
+        size += block_grad_bytes(model, layout, block)
+        if size >= cap:
+            buckets.append(Bucket(index=len(buckets), blocks=tuple(current), bytes=size))
+            current, size = [], 0
+    if current:
+        buckets.append(Bucket(index=len(buckets), blocks=tuple(current), bytes=size))
+    return buckets

@@ -1,0 +1,123 @@
+"""``build_program(model, layout)``: the pipeline order lowered, pass by pass, into a full IR Program.
+
+Passes, in order (each in :mod:`simgrid.schedules.lower`, each with its own tests):
+
+1. :func:`~.compute.compute_steps` - F/B/I/W compute ops from the pipeline order, costed per block;
+2. :func:`~.compute.add_recompute` - R ops before backwards (full or selective recompute);
+3. :func:`~.activations.add_activation_memory` - activation ALLOC after forwards, FREE after backwards;
+4. :func:`~.zero3.add_zero3` - ZeRO-3 parameter gathers with prefetch and per-block grad reduce-scatter;
+5. :func:`~.data_parallel.add_overlapped_grad_sync` - DDP all-reduce / PS reduce / ZeRO-1 reduce-scatter
+   per bucket on the last micro-batch; :func:`~.data_parallel.add_zero2_grad_sync` - ZeRO-2 per micro-batch;
+6. :func:`~.tensor_parallel.add_tensor_parallel` - Megatron TP collectives around compute ops;
+7. :func:`~.p2p.add_pipeline_p2p` - pipeline SEND/RECV placed deadlock-free (all pipeline ranks at once);
+8. :func:`~.optimizer.add_step_end` - grad-sync waits, tied-embedding sync, optimizer (offload), param sync;
+9. :func:`~.optimizer.add_model_states` - weights/grads/optimizer ALLOC first and FREE last.
+
+The passes build one op list per pipeline rank (two with a parameter server: the server and the
+others) for the canonical ``dp = 0, tp = 0`` coordinates; :mod:`~.instantiate` then derives every rank's
+list, sharing the op values that do not depend on the rank.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from simgrid.ir.ops import Op
+from simgrid.ir.program import Program
+from simgrid.layout.spec import Layout, check_layout
+from simgrid.model.spec import ModelSpec
+from simgrid.schedules.lower.activations import add_activation_memory
+from simgrid.schedules.lower.compute import add_recompute, compute_steps
+from simgrid.schedules.lower.context import Granularity, LoweringContext, Role
+from simgrid.schedules.lower.data_parallel import add_overlapped_grad_sync, add_zero2_grad_sync
+from simgrid.schedules.lower.instantiate import RoleInstantiator
+from simgrid.schedules.lower.optimizer import (
+    add_model_states,
+    add_step_end,
+    embed_group_name,
+    embed_sync_ranks,
+)
+from simgrid.schedules.lower.p2p import add_pipeline_p2p
+from simgrid.schedules.lower.tensor_parallel import add_tensor_parallel
+from simgrid.schedules.lower.zero3 import add_zero3
+
+GENERATOR = "simgrid.schedules.build_program"
+
+
+def build_roles(ctx: LoweringContext) -> list[Role]:
+    """Passes 1-7 for every pipeline rank (the parts shared by all ranks of a pipeline rank)."""
+    roles = []
+    for pp_rank in range(ctx.layout.pp):
+        role = compute_steps(ctx, pp_rank)
+        role = add_recompute(ctx, role)
+        role = add_activation_memory(ctx, role)
+        role = add_zero3(ctx, role, pp_rank)
+        role = add_overlapped_grad_sync(ctx, role, pp_rank)
+        role = add_zero2_grad_sync(ctx, role, pp_rank)
+        role = add_tensor_parallel(ctx, role, pp_rank)
+        roles.append(role)
+    return add_pipeline_p2p(ctx, roles)
+
+
+def finish_role(ctx: LoweringContext, role: Role, pp_rank: int, dp: int) -> list[Op]:
+    """Passes 8-9 for the rank at data-parallel index ``dp`` (only the PS server differs), flattened."""
+    steps = [type(step)(action=step.action, ops=list(step.ops)) for step in role]
+    steps = add_step_end(ctx, steps, pp_rank, dp)
+    steps = add_model_states(ctx, steps, pp_rank, dp)
+    return [op for step in steps for op in step.ops]
+
+
+def program_groups(ctx: LoweringContext) -> dict[str, tuple[int, ...]]:
+    """The mesh's groups plus the tied-embedding groups when the program uses them."""
+    groups = ctx.mesh.groups()
+    pair = embed_sync_ranks(ctx)
+    if pair is not None:
+        first, last = pair
+        for dp in range(ctx.layout.dp):
+            for tp in range(ctx.layout.tp):
+                groups[embed_group_name(dp, tp)] = (
+                    ctx.mesh.rank(pp=first, dp=dp, tp=tp),
+                    ctx.mesh.rank(pp=last, dp=dp, tp=tp),
+                )
+    return groups
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    # Building millions of small immutable ops makes the cyclic garbage collector rescan them over and
+    # over (more than half the build time at 1024 ranks); they form no cycles, so pause it meanwhile.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def build_program(model: ModelSpec, layout: Layout, *, granularity: Granularity = "block") -> Program:
+    """Lower ``layout``'s pipeline schedule for ``model`` into a Program covering every rank."""
+    with _collector_paused():
+        return _build(model, layout, granularity)
+
+
+def _build(model: ModelSpec, layout: Layout, granularity: Granularity) -> Program:
+    check_layout(model, layout)
+    ctx = LoweringContext(model=model, layout=layout, granularity=granularity)
+    roles = build_roles(ctx)
+    ranks: list[tuple[Op, ...]] = [()] * layout.world_size
+    server_differs = layout.dp_mode == "parameter-server" and layout.dp > 1
+    for pp_rank, role in enumerate(roles):
+        templates = {0: finish_role(ctx, role, pp_rank, 0)}
+        if server_differs:
+            templates[1] = finish_role(ctx, role, pp_rank, 1)
+        makers = {key: RoleInstantiator(ctx.mesh, pp_rank, ops) for key, ops in templates.items()}
+        for dp in range(layout.dp):
+            maker = makers[0 if dp == 0 or not server_differs else 1]
+            for tp in range(layout.tp):
+                ranks[ctx.mesh.rank(pp=pp_rank, dp=dp, tp=tp)] = maker.ops(dp, tp)
+    meta = {"generator": GENERATOR, "schedule": ctx.schedule, "granularity": granularity,
+            "num_microbatches": ctx.num_microbatches}
+    return Program(model=model, layout=layout, groups=program_groups(ctx), ranks=tuple(ranks), meta=meta)

@@ -1,0 +1,99 @@
+"""Passes that create compute ops: forward/backward from the pipeline order, and recompute.
+
+Costs come from :func:`simgrid.model.block_cost` (per tensor-parallel rank, one micro-batch). A full
+backward B costs I + W. When the backward is split, the memory-bound bytes and kernel launches of the
+backward are shared between I and W in proportion to their FLOPs (an approximation: the model gives
+one figure for the whole backward). At ``stage`` granularity one op covers the stage's whole block range
+with FLOPs, bytes and kernels summed and the GEMM shape of its largest block.
+"""
+
+from __future__ import annotations
+
+from simgrid.ir.ops import Compute, Op
+from simgrid.schedules.lower.context import LoweringContext, Role, Step
+from simgrid.schedules.pipeline import Action
+
+
+def _share(part: float, whole: float) -> float:
+    return part / whole if whole > 0 else 0.5
+
+
+def _block_numbers(ctx: LoweringContext, kind: str, block: int) -> tuple[float, float, int]:
+    """(flops, hbm_bytes, kernels) of one block for one compute kind."""
+    c = ctx.cost(block)
+    if kind == "F":
+        return c.fwd_flops, c.fwd_hbm_bytes, c.fwd_kernels
+    if kind == "R":
+        ratio = _share(c.recompute_flops, c.fwd_flops) if c.fwd_flops > 0 else 0.0
+        return c.recompute_flops, c.fwd_hbm_bytes * ratio, max(1, round(c.fwd_kernels * ratio))
+    bwd = c.bwd_input_flops + c.bwd_weight_flops
+    if kind == "B":
+        return bwd, c.bwd_hbm_bytes, c.bwd_kernels
+    part = c.bwd_input_flops if kind == "I" else c.bwd_weight_flops
+    ratio = _share(part, bwd)
+    return part, c.bwd_hbm_bytes * ratio, max(1, round(c.bwd_kernels * ratio))
+
+
+def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> tuple[float, float, int, tuple[int, int, int]]:
+    """(flops, hbm_bytes, kernels, dominant gemm) of blocks [start, end), cached: equal for every micro-batch."""
+    cache = ctx.memo["compute"]
+    key = (kind, start, end)
+    if key not in cache:
+        flops = hbm = 0.0
+        kernels = 0
+        dominant, dominant_flops = (0, 0, 0), -1.0
+        for block in range(start, end):
+            f, b, k = _block_numbers(ctx, kind, block)
+            flops, hbm, kernels = flops + f, hbm + b, kernels + k
+            if f > dominant_flops:
+                m, n, k_dim = ctx.cost(block).gemm_mnk
+                dominant, dominant_flops = (int(m), int(n), int(k_dim)), f
+        cache[key] = (float(flops), float(hbm), max(1, kernels), dominant)
+    return cache[key]
+
+
+def compute_op(ctx: LoweringContext, kind: str, stage: int, microbatch: int, start: int, end: int) -> Compute:
+    """One compute op of ``kind`` over blocks ``[start, end)`` of ``stage`` with summed costs."""
+    flops, hbm, kernels, gemm = _unit_numbers(ctx, kind, start, end)
+    return Compute(kind=kind, stage=stage, microbatch=microbatch, chunk=ctx.chunk_of(stage),  # type: ignore[arg-type]
+                   block_start=start, block_end=end, flops=flops, hbm_bytes=hbm, gemm_mnk=gemm, kernels=kernels)
+
+
+def action_compute_ops(ctx: LoweringContext, action: Action) -> list[Op]:
+    """Compute ops of one pipeline action: forward units in order, backward units in reverse."""
+    units = ctx.units(action.stage)
+    if action.kind != "F":
+        units = units[::-1]
+    return [compute_op(ctx, action.kind, action.stage, action.microbatch, s, e) for s, e in units]
+
+
+def compute_steps(ctx: LoweringContext, pp_rank: int) -> Role:
+    """The role of a pipeline rank with compute ops only: prologue, one step per action, epilogue."""
+    steps = [Step(action=None)]
+    steps += [Step(action=a, ops=action_compute_ops(ctx, a)) for a in ctx.order[pp_rank]]
+    steps.append(Step(action=None))
+    return steps
+
+
+def add_recompute(ctx: LoweringContext, role: Role) -> Role:
+    """Insert an R op right before each backward (B or I) op of a block that recomputes anything.
+
+    Full recompute reruns the forward of every transformer sub-block; selective recompute reruns only
+    the attention core (Korthikanti et al. 2022, section 5); both come from ``BlockCost.recompute_flops``.
+    At block granularity the R of block ``b`` sits right before that block's backward, as Megatron's
+    per-layer checkpointing recomputes a layer just before its backward.
+    """
+    if ctx.layout.recompute == "none":
+        return role
+    for step in role:
+        if step.action is None or step.action.kind not in ("B", "I"):
+            continue
+        new_ops: list[Op] = []
+        for op in step.ops:
+            if isinstance(op, Compute) and op.kind in ("B", "I"):
+                blocks = range(op.block_start, op.block_end)
+                if any(ctx.cost(b).recompute_flops > 0 for b in blocks):
+                    new_ops.append(compute_op(ctx, "R", op.stage, op.microbatch, op.block_start, op.block_end))
+            new_ops.append(op)
+        step.ops = new_ops
+    return role

@@ -1,0 +1,117 @@
+"""Passes: data-parallel gradient synchronisation issued during the backward, bucket by bucket.
+
+* DDP (ZeRO 0, ``dp_mode = "allreduce"``): one ALL_REDUCE per bucket (:mod:`simgrid.schedules.buckets`),
+  issued right after the backward op that completes the bucket on the stage's *last* micro-batch, so it
+  overlaps the rest of the backward (Li et al. VLDB 2020, section 3.2.3); earlier micro-batches only
+  accumulate (DDP ``no_sync``). With pipeline parallelism each stage (model chunk) syncs its own buckets.
+* Parameter server (``dp_mode = "parameter-server"``): a REDUCE of each bucket to the data-parallel
+  group's first rank at the same place; the update and the BROADCAST back follow the backward
+  (:mod:`simgrid.schedules.lower.optimizer`).
+* ZeRO-1: a REDUCE_SCATTER per bucket at the same place (each rank keeps the reduced shard it updates);
+  like Megatron's distributed optimizer with overlapped grad reduce.
+* ZeRO-2: the gradients are sharded, so every micro-batch's backward reduce-scatters each bucket as it
+  completes into the rank's shard; the full-size bucket buffer (category ``comm``) is allocated before the
+  bucket's first backward op and freed once its reduce-scatter has completed, which is waited for when
+  the next bucket's reduce-scatter is issued (double buffering, as DeepSpeed stage 2 with
+  ``overlap_comm``; Rajbhandari et al. 2020, section 5.2), the last one at the end of that backward.
+
+WAITs for the DDP, PS and ZeRO-1 handles sit before the optimizer step (added by the step-end pass).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from simgrid.ir.ops import Alloc, Collective, Compute, Free, Op, Wait
+from simgrid.layout.mesh import Mesh
+from simgrid.schedules.buckets import Bucket
+from simgrid.schedules.lower.context import LoweringContext, Role, Step
+
+
+def _weight_grad_op(op: Op, block: int) -> bool:
+    return isinstance(op, Compute) and op.kind in ("B", "W") and op.block_start <= block < op.block_end
+
+
+def insert_after_weight_grads(step: Step, additions: dict[int, list[Op]]) -> None:
+    """Insert ``additions[block]`` right after the B/W op of ``step`` that covers ``block``."""
+    pending = dict(additions)
+    new_ops: list[Op] = []
+    for op in step.ops:
+        new_ops.append(op)
+        for block in [b for b in pending if _weight_grad_op(op, b)]:
+            new_ops += pending.pop(block)
+    if pending:
+        raise AssertionError(f"internal: no backward op for blocks {sorted(pending)} in step {step.action}")
+    step.ops = new_ops
+
+
+def last_backward_step(role: Role, stage: int) -> Step:
+    """The step running the stage's last weight-gradient pass (B or W) of the training step."""
+    for step in reversed(role):
+        if step.action is not None and step.action.stage == stage and step.action.kind in ("B", "W"):
+            return step
+    raise AssertionError(f"internal: stage {stage} has no backward in this role")
+
+
+def _bucket_collective(ctx: LoweringContext, pp_rank: int, stage: int, bucket: Bucket) -> Collective:
+    lay = ctx.layout
+    group = Mesh.dp_group_name(ctx.coord(pp_rank))
+    label = f"s{stage}:bucket{bucket.index}"
+    if lay.zero >= 1:
+        return Collective(kind="reduce_scatter", group=group, bytes=bucket.bytes, purpose="zero-grad",
+                          handle=f"zero-grad:{label}", label=label)
+    if lay.dp_mode == "parameter-server":
+        root = ctx.mesh.rank(pp=pp_rank, dp=0, tp=0)
+        return Collective(kind="reduce", group=group, bytes=bucket.bytes, purpose="ps-reduce",
+                          handle=f"ps-reduce:{label}", root=root, label=label)
+    return Collective(kind="all_reduce", group=group, bytes=bucket.bytes, purpose="dp-grad",
+                      handle=f"dp-grad:{label}", label=label)
+
+
+def add_overlapped_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
+    """DDP all-reduce, PS reduce or ZeRO-1 reduce-scatter per bucket on the last micro-batch's backward."""
+    if ctx.layout.dp == 1 or ctx.layout.zero >= 2:
+        return role
+    for stage in ctx.stages_of(pp_rank):
+        additions: dict[int, list[Op]] = defaultdict(list)
+        for bucket in ctx.buckets(stage):
+            additions[min(bucket.blocks)].append(_bucket_collective(ctx, pp_rank, stage, bucket))
+        insert_after_weight_grads(last_backward_step(role, stage), additions)
+    return role
+
+
+def add_zero2_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
+    """ZeRO-2: per micro-batch, reduce-scatter each bucket as its backward completes, then free it."""
+    if ctx.layout.dp == 1 or ctx.layout.zero != 2:
+        return role
+    group = Mesh.dp_group_name(ctx.coord(pp_rank))
+    for step in role:
+        action = step.action
+        if action is None or action.kind not in ("B", "W"):
+            continue
+        tag = f"s{action.stage}:m{action.microbatch}"
+        allocs: dict[int, list[Op]] = defaultdict(list)
+        syncs: dict[int, list[Op]] = defaultdict(list)
+        pending: list[Op] = []
+        for bucket in ctx.buckets(action.stage):
+            buffer = f"zero2-bucket:{tag}:bucket{bucket.index}"
+            handle = f"zero-grad:{tag}:bucket{bucket.index}"
+            allocs[max(bucket.blocks)].append(Alloc(name=buffer, bytes=bucket.bytes, category="comm"))
+            # Double buffering: the previous bucket is released once this one's reduce-scatter is issued.
+            syncs[min(bucket.blocks)] += [
+                Collective(kind="reduce_scatter", group=group, bytes=bucket.bytes, purpose="zero-grad",
+                           handle=handle, label=f"s{action.stage}:bucket{bucket.index}"),
+                *pending,
+            ]
+            pending = [Wait(handle=handle), Free(name=buffer)]
+        new_ops: list[Op] = []
+        for op in step.ops:
+            if isinstance(op, Compute) and op.kind in ("B", "W", "R"):
+                for block in [b for b in allocs if op.block_start <= b < op.block_end]:
+                    new_ops += allocs.pop(block)
+            new_ops.append(op)
+            if isinstance(op, Compute) and op.kind in ("B", "W"):
+                for block in [b for b in syncs if op.block_start <= b < op.block_end]:
+                    new_ops += syncs.pop(block)
+        step.ops = new_ops + pending
+    return role

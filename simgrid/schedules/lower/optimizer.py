@@ -1,0 +1,173 @@
+"""Passes: model-state memory, and the end of the step (grad sync completion, tied embeddings, optimizer).
+
+Model states: the prologue ALLOCs each local stage's weights, gradients and optimizer states with the
+sizes of :func:`simgrid.memory.states.block_state_bytes` summed over the stage's blocks (ZeRO sharding
+and offload included), so the replayed peak of model states equals the analytic memory model; the
+epilogue FREEs them. Gradients are allocated once per step and accumulate over the micro-batches.
+With a parameter server only the server (the data-parallel group's first rank) holds optimizer states.
+
+Step end, in this order (Megatron-LM ``finalize_model_grads`` then ``optimizer.step``):
+
+1. WAIT every outstanding gradient collective (DDP all-reduce, ZeRO reduce-scatter, PS reduce);
+2. tied embeddings with pp > 1: ALL_REDUCE of the word-embedding gradient between the first and the last
+   stage (Shoeybi et al. 2019; Megatron-LM ``_allreduce_embedding_grads``), group ``embed/dp<d>-tp<t>``;
+3. the optimizer step, one OPT op per local stage over the parameters this rank updates (its ZeRO shard);
+   with offload (Ren et al. 2021, ZeRO-Offload, section 4): TRANSFER d2h of the gradients, OPT on the
+   host CPU, TRANSFER h2d of the updated working weights, each waited;
+4. ZeRO-1/2: ALL_GATHER of the updated parameters per bucket; parameter server: BROADCAST of them per
+   bucket from the server; then their WAITs;
+5. FREE of the model states.
+"""
+
+from __future__ import annotations
+
+import math
+
+from simgrid.ir.ops import Alloc, Collective, Compute, Free, Op, Transfer, Wait
+from simgrid.layout.mesh import Mesh
+from simgrid.schedules.lower.context import LoweringContext, Role
+
+OPTIMIZER_FLOPS_PER_PARAM: dict[str, int] = {
+    # Adam (Kingma & Ba 2015, Algorithm 1) per parameter: m <- b1 m + (1-b1) g (3), v <- b2 v + (1-b2) g^2
+    # (4), two bias corrections (2), p <- p - lr m_hat / (sqrt(v_hat) + eps) (5): 14 FLOPs.
+    "adam": 14,
+    # 8-bit Adam (Dettmers et al. 2022): Adam plus dequantising and requantising both moments (~2 each).
+    "adam-8bit": 18,
+    # SGD with momentum: v <- mu v + g (2), p <- p - lr v (2).
+    "sgd": 4,
+}
+"""Floating-point operations of one optimizer update per parameter."""
+
+GRAD_SYNC_PURPOSES = ("dp-grad", "zero-grad", "ps-reduce")
+EMBED_GROUP_PREFIX = "embed/"
+
+
+def embed_group_name(dp: int, tp: int) -> str:
+    """Group that all-reduces the tied word-embedding gradient between the first and last stage."""
+    return f"{EMBED_GROUP_PREFIX}dp{dp}-tp{tp}"
+
+
+def embed_sync_ranks(ctx: LoweringContext) -> tuple[int, int] | None:
+    """Pipeline ranks holding the embedding and the tied output layer, or None if no sync is needed."""
+    if not ctx.model.tied_embeddings or ctx.layout.pp == 1:
+        return None
+    first, last = ctx.stage_rank(0), ctx.stage_rank(ctx.layout.num_stages - 1)
+    return None if first == last else (first, last)
+
+
+def is_ps_server(ctx: LoweringContext, dp: int) -> bool:
+    """True for the parameter server of a data-parallel group (its first rank) in PS mode."""
+    return ctx.layout.dp_mode == "parameter-server" and dp == 0
+
+
+def _holds_optimizer(ctx: LoweringContext, dp: int) -> bool:
+    return ctx.layout.dp_mode != "parameter-server" or ctx.layout.dp == 1 or dp == 0
+
+
+def add_model_states(ctx: LoweringContext, role: Role, pp_rank: int, dp: int = 0) -> Role:
+    """ALLOC weights, gradients and optimizer states per local stage in the prologue; FREE them last."""
+    allocs: list[Op] = []
+    frees: list[Op] = []
+    for stage in ctx.stages_of(pp_rank):
+        sizes = {"weights": 0, "grads": 0, "optimizer": 0}
+        for block in ctx.blocks(stage):
+            states = ctx.states(block)
+            sizes["weights"] += states.weights_bytes
+            sizes["grads"] += states.grads_bytes
+            sizes["optimizer"] += states.optimizer_bytes
+        if not _holds_optimizer(ctx, dp):
+            sizes["optimizer"] = 0
+        for category, size in sizes.items():
+            if size:
+                name = f"{category}:s{stage}"
+                allocs.append(Alloc(name=name, bytes=size, category=category))  # type: ignore[arg-type]
+                frees.append(Free(name=name))
+    role[0].ops = allocs + role[0].ops
+    role[-1].ops = role[-1].ops + frees
+    return role
+
+
+def _outstanding_grad_syncs(role: Role) -> list[Op]:
+    issued: list[str] = []
+    waited: set[str] = set()
+    for step in role:
+        for op in step.ops:
+            if isinstance(op, Collective) and op.purpose in GRAD_SYNC_PURPOSES:
+                issued.append(op.handle)
+            elif isinstance(op, Wait):
+                waited.add(op.handle)
+    return [Wait(handle=h) for h in issued if h not in waited]
+
+
+def _embed_sync(ctx: LoweringContext, pp_rank: int) -> list[Op]:
+    pair = embed_sync_ranks(ctx)
+    if pair is None or pp_rank not in pair:
+        return []
+    from simgrid.model import params
+
+    size = params.word_embedding_params(ctx.model, ctx.layout.tp) * ctx.layout.param_bytes
+    handle = "embed-grad"
+    return [Collective(kind="all_reduce", group=embed_group_name(0, 0), bytes=size, purpose="embed-grad",
+                       handle=handle, label="embed-grad"), Wait(handle=handle)]
+
+
+def _optimizer_ops(ctx: LoweringContext, pp_rank: int) -> list[Op]:
+    from simgrid.memory.states import state_bytes_per_param
+
+    lay = ctx.layout
+    per = state_bytes_per_param(lay)
+    shard = lay.dp if lay.zero >= 1 else 1
+    device = "cpu" if lay.offload_optimizer else "gpu"
+    before: list[Op] = []
+    steps: list[Op] = []
+    after: list[Op] = []
+    for stage in ctx.stages_of(pp_rank):
+        blocks = ctx.blocks(stage)
+        params = math.ceil(sum(ctx.cost(b).param_count for b in blocks) / shard)
+        # Read weights, gradients and states, write weights and states (offload: on the host).
+        state = per.host if lay.offload_optimizer else per.optimizer
+        traffic = params * (2 * (per.weights + state) + per.grads)
+        steps.append(Compute(kind="OPT", stage=-1, microbatch=-1, chunk=ctx.chunk_of(stage),
+                             block_start=blocks.start, block_end=blocks.stop,
+                             flops=float(params * OPTIMIZER_FLOPS_PER_PARAM[lay.optimizer]),
+                             hbm_bytes=float(traffic), kernels=1, device=device))  # type: ignore[arg-type]
+        if lay.offload_optimizer:
+            down, up = f"offload-grads:s{stage}", f"offload-params:s{stage}"
+            before += [Transfer(direction="d2h", bytes=params * per.grads, handle=down, label=f"s{stage}:grads"),
+                       Wait(handle=down)]
+            after += [Transfer(direction="h2d", bytes=params * per.weights, handle=up, label=f"s{stage}:params"),
+                      Wait(handle=up)]
+    return before + steps + after
+
+
+def _param_sync(ctx: LoweringContext, pp_rank: int) -> list[Op]:
+    lay = ctx.layout
+    if lay.dp == 1 or lay.zero == 3 or (lay.zero == 0 and lay.dp_mode != "parameter-server"):
+        return []
+    group = Mesh.dp_group_name(ctx.coord(pp_rank))
+    issues: list[Op] = []
+    waits: list[Op] = []
+    for stage in ctx.stages_of(pp_rank):
+        for bucket in ctx.buckets(stage):
+            size = sum(ctx.cost(b).param_count for b in bucket.blocks) * lay.param_bytes
+            label = f"s{stage}:bucket{bucket.index}"
+            if lay.zero >= 1:
+                coll = Collective(kind="all_gather", group=group, bytes=size, purpose="zero-param",
+                                  handle=f"zero-param:{label}", label=label)
+            else:
+                coll = Collective(kind="broadcast", group=group, bytes=size, purpose="ps-broadcast",
+                                  handle=f"ps-broadcast:{label}", root=ctx.mesh.rank(pp=pp_rank, dp=0, tp=0),
+                                  label=label)
+            issues.append(coll)
+            waits.append(Wait(handle=coll.handle))
+    return issues + waits
+
+
+def add_step_end(ctx: LoweringContext, role: Role, pp_rank: int, dp: int = 0) -> Role:
+    """Grad-sync waits, tied-embedding sync, optimizer step and parameter sync, in the epilogue."""
+    ops = _outstanding_grad_syncs(role) + _embed_sync(ctx, pp_rank)
+    if _holds_optimizer(ctx, dp):
+        ops += _optimizer_ops(ctx, pp_rank)
+    ops += _param_sync(ctx, pp_rank)
+    role[-1].ops = role[-1].ops + ops
+    return role

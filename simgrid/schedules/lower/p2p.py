@@ -1,0 +1,130 @@
+"""Pass: pipeline SEND/RECV between stages, placed so that an unbuffered transport cannot deadlock.
+
+Gloo has no buffering: a send completes only once the peer has posted the matching receive, and the IR
+runs the transfers between two ranks on one stream per peer, in issue order. Both ends of a link must
+therefore issue their transfers in the *same* order, and that order must be one some execution of the
+compute order can follow. We take the witness from the unit-time run of the pipeline order
+(:func:`simgrid.schedules.unit_time.simulate_unit_time`): every transfer happens when its producer
+finishes there, and each link orders its transfers by that time (ties broken by stage, direction and
+micro-batch, the same on both ends). Then, on each rank:
+
+* a SEND goes right after the compute of the action that produced the tensor;
+* a RECV is posted as early as that link order allows: right after the previous transfer of the same
+  link on this rank (or at the start of the step), so the sender never waits for it to be posted;
+* the RECV's WAIT sits right before the first op of the consuming action; the received buffer
+  (category ``comm``) is freed once that action's ops are done;
+* WAITs on SENDs are lazy: all at the end of the pipeline phase, before the optimizer.
+
+Because every transfer can happen at its time in the witness run, and the op dependencies admit no
+choice, the program finishes under any durations (checked by the IR dry run in the tests).
+Stages on the same pipeline rank (the tip of the V in ZBV) hand tensors over locally, without ops.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from simgrid.errors import ScheduleError
+from simgrid.ir.ops import Alloc, Free, Op, P2PKey, Recv, Send, Wait
+from simgrid.schedules.lower.context import LoweringContext, Role
+from simgrid.schedules.unit_time import DEFAULT_DURATIONS, simulate_unit_time
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One pipeline tensor moving between two pipeline ranks."""
+
+    key: P2PKey
+    src_rank: int
+    """Sending pipeline rank."""
+    dst_rank: int
+    """Receiving pipeline rank."""
+    producer_step: int
+    """Step index (in the sender's role) of the action that produces the tensor."""
+    consumer_step: int
+    """Step index (in the receiver's role) of the action that consumes it."""
+    time: float
+    """Producer finish time in the unit-time witness run."""
+
+
+def pipeline_transfers(ctx: LoweringContext) -> list[Transfer]:
+    """Every inter-rank pipeline transfer of the step, with its producer and consumer steps."""
+    order = ctx.order
+    timing = simulate_unit_time(order)
+    num_stages = ctx.layout.num_stages
+    # Step index of each action: step 0 is the prologue.
+    where: dict[tuple[int, str, int], tuple[int, int]] = {}
+    for rank, row in enumerate(order):
+        for index, action in enumerate(row):
+            kind = "G" if action.kind in ("B", "I") else action.kind
+            where[(action.stage, kind, action.microbatch)] = (rank, index + 1)
+    transfers = []
+    for rank, row in enumerate(order):
+        for index, action in enumerate(row):
+            s, mb = action.stage, action.microbatch
+            if action.kind == "F" and s + 1 < num_stages:
+                key = P2PKey(src_stage=s, dst_stage=s + 1, microbatch=mb, direction="F")
+                dst_rank, consumer = where[(s + 1, "F", mb)]
+            elif action.kind in ("B", "I") and s > 0:
+                key = P2PKey(src_stage=s, dst_stage=s - 1, microbatch=mb, direction="B")
+                dst_rank, consumer = where[(s - 1, "G", mb)]
+            else:
+                continue
+            if dst_rank == rank:
+                continue
+            finish = timing.starts[rank][index] + DEFAULT_DURATIONS[action.kind]
+            transfers.append(Transfer(key, rank, dst_rank, index + 1, consumer, finish))
+    return transfers
+
+
+def _link_order(transfers: list[Transfer]) -> dict[tuple[int, int], list[Transfer]]:
+    links: dict[tuple[int, int], list[Transfer]] = defaultdict(list)
+    for t in transfers:
+        links[(min(t.src_rank, t.dst_rank), max(t.src_rank, t.dst_rank))].append(t)
+    for items in links.values():
+        items.sort(key=lambda t: (t.time, t.key.src_stage, t.key.direction, t.key.microbatch))
+    return links
+
+
+def _handle(prefix: str, key: P2PKey) -> str:
+    return f"{prefix}{key.direction}:s{key.src_stage}-s{key.dst_stage}:m{key.microbatch}"
+
+
+def add_pipeline_p2p(ctx: LoweringContext, roles: list[Role]) -> list[Role]:
+    """Insert SEND/RECV/WAIT (and receive-buffer ALLOC/FREE) into every pipeline rank's role."""
+    if ctx.layout.pp == 1:
+        return roles
+    size = ctx.p2p_bytes
+    peer = [ctx.canonical_rank(r) for r in range(ctx.layout.pp)]
+    tails: list[dict[int, list[Op]]] = [defaultdict(list) for _ in roles]
+    heads: list[dict[int, list[Op]]] = [defaultdict(list) for _ in roles]
+    ends: list[dict[int, list[Op]]] = [defaultdict(list) for _ in roles]
+    send_waits: list[list[Op]] = [[] for _ in roles]
+    for (low, high), items in sorted(_link_order(pipeline_transfers(ctx)).items()):
+        anchor = {low: 0, high: 0}
+        for t in items:
+            anchor[t.src_rank] = t.producer_step
+            send = _handle("send", t.key)
+            tails[t.src_rank][t.producer_step].append(
+                Send(peer=peer[t.dst_rank], bytes=size, key=t.key, handle=send)
+            )
+            send_waits[t.src_rank].append(Wait(handle=send))
+            recv = _handle("recv", t.key)
+            post = anchor[t.dst_rank]
+            if post >= t.consumer_step:
+                raise ScheduleError(  # an order/witness mismatch: a bug, not a user error
+                    f"internal: RECV {recv} on pipeline rank {t.dst_rank} cannot be posted before step "
+                    f"{t.consumer_step}"
+                )
+            tails[t.dst_rank][post] += [
+                Alloc(name=recv, bytes=size, category="comm"),
+                Recv(peer=peer[t.src_rank], bytes=size, key=t.key, handle=recv),
+            ]
+            heads[t.dst_rank][t.consumer_step].append(Wait(handle=recv))
+            ends[t.dst_rank][t.consumer_step].append(Free(name=recv))
+    for rank, role in enumerate(roles):
+        for index, step in enumerate(role):
+            step.ops = heads[rank][index] + step.ops + ends[rank][index] + tails[rank][index]
+        role[-1].ops = send_waits[rank] + role[-1].ops
+    return roles

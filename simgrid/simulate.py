@@ -1,0 +1,153 @@
+"""``simulate(model, cluster, layout)``: the one-call Python API from a layout to step time, MFU and memory.
+
+It builds the schedule IR program (:func:`simgrid.schedules.build_program`), runs it on the engine
+(:func:`simgrid.engine.simulate_program`) and derives :class:`~simgrid.metrics.Metrics` from the trace.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from simgrid.engine import EngineResult, MemoryReport, simulate_program
+from simgrid.errors import SimulationError
+from simgrid.layout import Layout, check_layout
+from simgrid.metrics import Metrics, compute_metrics
+from simgrid.model.spec import ModelSpec
+from simgrid.trace import Trace
+
+if TYPE_CHECKING:
+    from simgrid.hardware import Cluster
+    from simgrid.ir import Program
+
+STAGE_GRANULARITY_ABOVE_RANKS = 64
+"""``granularity="auto"`` folds per-layer ops into per-stage ops above this many ranks: the per-layer
+tensor-parallel collectives then become one op with a ``count``, which keeps 1000+ GPU runs to seconds
+at the cost of per-layer overlap detail."""
+
+GRANULARITIES = ("auto", "block", "stage")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimulationResult:
+    """Everything one simulated step produced."""
+
+    metrics: Metrics
+    """Headline numbers (step time, throughput, MFU/HFU, bubble, exposed comm, memory)."""
+    trace: Trace
+    """One row per executed op of every simulated rank."""
+    program: Program
+    """The schedule IR program that was simulated."""
+    memory: MemoryReport
+    """Per-rank memory timelines and the fit verdict."""
+    engine: EngineResult
+    """The raw engine result (mode used, notes, link traffic)."""
+    model: ModelSpec
+    """The model trained."""
+    layout: Layout
+    """The parallel layout."""
+    cluster_name: str
+    """Cluster profile name."""
+    granularity: str
+    """Program granularity used (``block`` or ``stage``)."""
+    wall_s: float
+    """Wall-clock seconds spent building and simulating."""
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    """Things the user should know (e.g. why symmetric mode fell back to full)."""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The issue's JSON keys, plus model/cluster/layout/mode fields."""
+        out = self.metrics.to_json_dict()
+        out["wall_s"] = self.wall_s
+        out["model"] = self.model.name
+        out["cluster"] = self.cluster_name
+        out["layout"] = self.layout.to_dict()
+        out["mode"] = self.engine.mode
+        out["comm_model"] = self.engine.comm_model
+        out["granularity"] = self.granularity
+        out["notes"] = list(self.notes)
+        return out
+
+
+def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, mode: str = "symmetric",
+             comm_model: str = "fast", granularity: str = "auto",
+             speed_factors: Mapping[int, float] | None = None) -> SimulationResult:
+    """Simulate one training step of ``model`` on ``cluster`` under ``layout``.
+
+    ``model``: a preset name (``simgrid models``) or a :class:`ModelSpec`. ``cluster``: a profile name
+    (sized to ``layout.world_size`` GPUs) or a sized :class:`~simgrid.hardware.Cluster`.
+    ``mode``: ``symmetric`` (one rank per pipeline stage when exact) or ``full``; ``comm_model``: ``fast``
+    or ``flow``; ``granularity``: ``block``, ``stage`` or ``auto`` (stage above 64 ranks);
+    ``speed_factors``: rank -> relative compute speed for stragglers.
+    """
+    t_start = time.perf_counter()
+    if not isinstance(layout, Layout):
+        raise SimulationError(f"simulate: layout must be a simgrid.layout.Layout, got {type(layout).__name__}")
+    spec = _resolve_model(model)
+    check_layout(spec, layout)
+    sized = _resolve_cluster(cluster, layout.world_size)
+    gran = _resolve_granularity(granularity, layout.world_size)
+    from simgrid.schedules import build_program
+
+    program = build_program(spec, layout, granularity=gran)  # type: ignore[arg-type]
+    engine = simulate_program(program, sized, mode=mode, comm_model=comm_model, speed_factors=speed_factors,
+                              dtype=layout.precision)
+    metrics = compute_metrics(
+        engine.trace,
+        model=spec,
+        layout=layout,
+        peak_flops_per_gpu=sized.gpu.peak_flops(layout.precision),
+        peak_memory_bytes=engine.memory.peak_bytes,
+        memory_capacity_bytes=engine.memory.capacity_bytes,
+        link_utilisation=engine.link_utilisation() if comm_model == "flow" else None,
+    )
+    return SimulationResult(
+        metrics=metrics,
+        trace=engine.trace,
+        program=program,
+        memory=engine.memory,
+        engine=engine,
+        model=spec,
+        layout=layout,
+        cluster_name=sized.spec.name,
+        granularity=gran,
+        wall_s=time.perf_counter() - t_start,
+        notes=engine.notes,
+    )
+
+
+def _resolve_model(model: str | ModelSpec) -> ModelSpec:
+    if isinstance(model, ModelSpec):
+        return model
+    if isinstance(model, str):
+        from simgrid.model import get_model
+
+        return get_model(model)
+    raise SimulationError(f"simulate: model must be a preset name or a ModelSpec, got {type(model).__name__}")
+
+
+def _resolve_cluster(cluster: str | Cluster, world_size: int) -> Cluster:
+    from simgrid.hardware import Cluster, load_cluster
+
+    if isinstance(cluster, str):
+        return load_cluster(cluster, gpus=world_size)
+    if isinstance(cluster, Cluster):
+        if cluster.num_gpus < world_size:
+            raise SimulationError(
+                f"simulate: the layout needs {world_size} GPUs (dp x tp x pp) but cluster {cluster.spec.name!r} "
+                f"was sized for {cluster.num_gpus}; load it with gpus={world_size}"
+            )
+        return cluster
+    raise SimulationError(f"simulate: cluster must be a profile name or a Cluster, got {type(cluster).__name__}")
+
+
+def _resolve_granularity(granularity: str, world_size: int) -> str:
+    if granularity not in GRANULARITIES:
+        raise SimulationError(
+            f"simulate: granularity = {granularity!r} is not one of {', '.join(GRANULARITIES)}"
+        )
+    if granularity == "auto":
+        return "stage" if world_size > STAGE_GRANULARITY_ABOVE_RANKS else "block"
+    return granularity

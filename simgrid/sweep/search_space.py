@@ -1,0 +1,203 @@
+"""Every valid parallel layout for a model, a GPU count and a global batch.
+
+The search walks the degrees first (tp, pp, and dp = gpus / (tp * pp)) and then, for each valid degree
+triple, the recipe (schedule and virtual stages, ZeRO stage, micro-batch size, recompute). Validity is
+not re-implemented here: each candidate is built as a :class:`~simgrid.layout.Layout` and passed to
+:func:`~simgrid.layout.check_layout` (and the schedule generator's own rule check); a ``LayoutError`` drops
+the candidate and its message, with numbers blanked out, is counted as the reason. A degree triple that
+is invalid is counted once, not once per recipe it would have had.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from simgrid.errors import LayoutError
+from simgrid.layout import Layout, check_layout
+from simgrid.model.spec import ModelSpec
+from simgrid.sweep.constraints import SweepConstraints
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutSpace:
+    """The outcome of an enumeration: valid layouts and why the other candidates were dropped."""
+
+    layouts: tuple[Layout, ...]
+    """Valid layouts in enumeration order (tp, pp, schedule, vpp, zero, mbs, recompute)."""
+    tried: int
+    """Candidates built (valid + invalid)."""
+    invalid_reasons: Counter[str] = field(default_factory=Counter)
+    """Count of dropped candidates per reason (the LayoutError message with numbers blanked)."""
+
+    @property
+    def invalid(self) -> int:
+        """Candidates dropped as invalid."""
+        return sum(self.invalid_reasons.values())
+
+
+def enumerate_layouts(
+    model: ModelSpec,
+    cluster: Any = None,
+    *,
+    gpus: int,
+    global_batch: int,
+    constraints: SweepConstraints | None = None,
+) -> list[Layout]:
+    """Every valid layout of ``model`` on ``gpus`` GPUs with ``global_batch`` sequences per step.
+
+    ``cluster`` is a :class:`simgrid.hardware` cluster (its ``gpus_per_node`` bounds tp), an integer
+    GPUs-per-node, or ``None`` (tp bounded only by the GPU count).
+    """
+    return list(enumerate_layout_space(model, cluster, gpus=gpus, global_batch=global_batch,
+                                       constraints=constraints).layouts)
+
+
+def enumerate_layout_space(
+    model: ModelSpec,
+    cluster: Any = None,
+    *,
+    gpus: int,
+    global_batch: int,
+    constraints: SweepConstraints | None = None,
+) -> LayoutSpace:
+    """Like :func:`enumerate_layouts`, also counting the invalid candidates by reason."""
+    c = constraints or SweepConstraints()
+    _check_positive("gpus", gpus)
+    _check_positive("global_batch", global_batch)
+    gpus_per_node = _gpus_per_node(cluster, gpus)
+    reasons: Counter[str] = Counter()
+    layouts: list[Layout] = []
+    tried = 0
+    for tp in _tp_degrees(gpus, gpus_per_node, c):
+        for pp in _pp_degrees(gpus // tp, model.num_layers, c):
+            dp = gpus // (tp * pp)
+            if (c.dp is not None and dp != c.dp) or (c.max_dp is not None and dp > c.max_dp):
+                continue
+            degree_error = _degree_error(model, dp=dp, tp=tp, pp=pp, global_batch=global_batch)
+            if degree_error is not None:
+                tried += 1
+                reasons[_reason_key(degree_error)] += 1
+                continue
+            for kwargs in _recipes(dp=dp, tp=tp, pp=pp, layers=model.num_layers, global_batch=global_batch, c=c):
+                tried += 1
+                try:
+                    layout = Layout(dp=dp, tp=tp, pp=pp, global_batch_size=global_batch, **kwargs)
+                    check_layout(model, layout)
+                    _check_schedule(layout)
+                except LayoutError as exc:
+                    reasons[_reason_key(str(exc))] += 1
+                    continue
+                layouts.append(layout)
+    return LayoutSpace(layouts=tuple(layouts), tried=tried, invalid_reasons=reasons)
+
+
+def _degree_error(model: ModelSpec, *, dp: int, tp: int, pp: int, global_batch: int) -> str | None:
+    """The reason a (dp, tp, pp) triple can never be valid, or ``None``."""
+    try:
+        probe = Layout(dp=dp, tp=tp, pp=pp, global_batch_size=global_batch, micro_batch_size=1)
+        check_layout(model, probe)
+    except LayoutError as exc:
+        return str(exc)
+    return None
+
+
+def _recipes(*, dp: int, tp: int, pp: int, layers: int, global_batch: int, c: SweepConstraints) -> Any:
+    """Keyword sets (schedule, vpp, zero, micro-batch, recompute, sequence parallel) for one triple."""
+    if pp == 1:
+        schedule_vpps = [("none", 1)]
+    else:
+        schedule_vpps = []
+        for schedule in c.schedules:
+            if schedule == "interleaved-1f1b":
+                # vpp values whose pp * vpp exceed the layer count can never divide it; anything else
+                # is left to check_layout so that its reason is counted.
+                schedule_vpps += [(schedule, v) for v in range(2, c.max_vpp + 1) if pp * v <= layers]
+            elif schedule == "zbv":
+                schedule_vpps.append((schedule, 2))
+            else:
+                schedule_vpps.append((schedule, 1))
+    # ZeRO over one replica shards nothing: stage 0 stands for all of them.
+    zero_stages = [z for z in c.zero_stages if dp > 1 or z == 0] or [0]
+    per_replica = global_batch // dp
+    if c.micro_batch_sizes is not None:
+        mbs_values = [m for m in c.micro_batch_sizes if per_replica % m == 0]
+    else:
+        mbs_values = [m for m in range(1, min(c.max_mbs, per_replica) + 1) if per_replica % m == 0]
+    sp_values = [sp for sp in c.sequence_parallel if tp > 1 or not sp] or [False]
+    for schedule, vpp in schedule_vpps:
+        for zero in zero_stages:
+            for mbs in mbs_values:
+                for recompute in c.recompute:
+                    for sp in sp_values:
+                        yield {
+                            "schedule": schedule,
+                            "vpp": vpp,
+                            "zero": zero,
+                            "micro_batch_size": mbs,
+                            "recompute": recompute,
+                            "sequence_parallel": sp,
+                        }
+
+
+def _tp_degrees(gpus: int, gpus_per_node: int, c: SweepConstraints) -> list[int]:
+    if c.tp is not None:
+        return [c.tp] if gpus % c.tp == 0 else []
+    limit = gpus if c.allow_tp_across_nodes else min(gpus, gpus_per_node)
+    if c.max_tp is not None:
+        limit = min(limit, c.max_tp)
+    degrees = []
+    tp = 1
+    while tp <= limit:
+        if gpus % tp == 0:
+            degrees.append(tp)
+        tp *= 2
+    return degrees
+
+
+def _pp_degrees(gpus_left: int, layers: int, c: SweepConstraints) -> list[int]:
+    if c.pp is not None:
+        return [c.pp] if gpus_left % c.pp == 0 else []
+    limit = min(gpus_left, layers, c.max_pp or gpus_left)
+    return [p for p in range(1, limit + 1) if gpus_left % p == 0]
+
+
+def _gpus_per_node(cluster: Any, gpus: int) -> int:
+    if cluster is None:
+        return gpus
+    if isinstance(cluster, int) and not isinstance(cluster, bool):
+        _check_positive("gpus_per_node", cluster)
+        return cluster
+    per_node = getattr(cluster, "gpus_per_node", None)
+    if per_node is None:
+        node = getattr(cluster, "node", None)
+        per_node = getattr(node, "gpus_per_node", None)
+    if not isinstance(per_node, int) or per_node <= 0:
+        raise LayoutError(
+            f"sweep: cannot read gpus_per_node from {type(cluster).__name__}; pass a cluster, an integer "
+            "GPUs-per-node or None"
+        )
+    return per_node
+
+
+def _check_schedule(layout: Layout) -> None:
+    """The schedule generator's own rules (they may be stricter than the layout's)."""
+    from simgrid.schedules.pipeline import check_schedule
+
+    check_schedule(layout.schedule or "none", layout.pp, layout.num_microbatches, layout.vpp)
+
+
+def _check_positive(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise LayoutError(f"sweep: {name} = {value!r} must be a positive integer")
+
+
+_NUMBER = re.compile(r"\b\d+\b")
+
+
+def _reason_key(message: str) -> str:
+    """A message's first clause with numbers blanked, so equal rules with different values group."""
+    head = message.removeprefix("layout: ").split(";")[0]
+    return _NUMBER.sub("N", head).strip()

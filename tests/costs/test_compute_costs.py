@@ -1,0 +1,82 @@
+"""Compute costs: roofline terms by hand, speed factors, host optimizer, overlap slowdown."""
+
+from __future__ import annotations
+
+import pytest
+
+from simgrid.costs import ADAM_FLOPS_PER_PARAM, compute_time_s, host_compute_time_s, overlap_slowdown
+from simgrid.errors import SimgridError
+from simgrid.hardware import load_cluster
+from simgrid.ir.ops import Compute
+from simgrid.topology import synthetic_cluster
+
+
+def op(**kw: object) -> Compute:
+    base: dict[str, object] = {"kind": "F", "stage": 0, "microbatch": 0, "chunk": 0, "block_start": 1,
+                               "block_end": 2, "flops": 0.0, "hbm_bytes": 0.0}
+    return Compute(**(base | kw))  # type: ignore[arg-type]
+
+
+def test_roofline_terms_add_for_a_kernel_sequence() -> None:
+    """GEMM at peak x efficiency + memory-bound bytes at HBM x efficiency + kernels x overhead, by hand."""
+    gpu = synthetic_cluster(num_gpus=1, bf16_tflops=312, matmul_efficiency=0.86, hbm_GBps=2039,
+                            hbm_efficiency=0.9, kernel_overhead_us=4.0).gpu
+    o = op(flops=1e12, hbm_bytes=1e9, gemm_mnk=(8192, 8192, 8192), kernels=5)
+    expected = 1e12 / (312e12 * 0.86) + 1e9 / (2039e9 * 0.9) + 5 * 4e-6
+    assert compute_time_s(o, gpu, dtype="bf16") == pytest.approx(expected)
+
+
+def test_speed_factor_divides_the_time() -> None:
+    """A straggler at speed 0.5 takes exactly twice as long."""
+    gpu = synthetic_cluster(num_gpus=1, kernel_overhead_us=4.0).gpu
+    o = op(flops=1e12, hbm_bytes=1e9, kernels=3)
+    assert compute_time_s(o, gpu, dtype="bf16", speed=0.5) == pytest.approx(2 * compute_time_s(o, gpu, dtype="bf16"))
+    with pytest.raises(SimgridError, match="speed = 0 must be > 0"):
+        compute_time_s(o, gpu, dtype="bf16", speed=0)
+
+
+def test_a100_gemm_efficiency_follows_the_smallest_dimension() -> None:
+    """A100 profile: a large GEMM runs at 268 TFLOP/s (86% of 312, hardware.md); K=1024 at 0.8285 of that."""
+    gpu = load_cluster("dgx-a100-hdr", gpus=8).gpu
+    flops = 2 * 8192 * 8192 * 8192
+    big = op(flops=flops, gemm_mnk=(8192, 8192, 8192), kernels=0)
+    assert flops / compute_time_s(big, gpu, dtype="bf16") == pytest.approx(268e12, rel=0.002)
+    thin = op(flops=flops, gemm_mnk=(8192, 8192, 1024), kernels=0)
+    assert flops / compute_time_s(thin, gpu, dtype="bf16") == pytest.approx(268e12 * 628 / 758, rel=0.003)
+
+
+def test_ideal_gpu_computes_at_peak() -> None:
+    """The ideal profile's GPU runs every GEMM at its bf16 peak, with free memory traffic and launches."""
+    gpu = load_cluster("ideal", gpus=8).gpu
+    o = op(flops=1e15, hbm_bytes=1e12, kernels=10, gemm_mnk=(64, 64, 64))
+    assert compute_time_s(o, gpu, dtype="bf16") == pytest.approx(1e15 / gpu.peak_flops("bf16"))
+
+
+def test_unknown_dtype_names_the_choices() -> None:
+    """Asking for a dtype the GPU profile lacks fails with the dtypes it has."""
+    gpu = synthetic_cluster(num_gpus=1).gpu
+    with pytest.raises(SimgridError, match="no peak rate for dtype 'fp8'"):
+        compute_time_s(op(flops=1.0), gpu, dtype="fp8")
+
+
+def test_host_optimizer_time_from_flops_and_cpu_adam_rate() -> None:
+    """Offloaded Adam on 1e9 parameters (14 FLOPs each) at 2e9 params/s takes 0.5 s."""
+    node = synthetic_cluster(num_gpus=1, host_adam_params_per_s=2e9).node
+    step = op(kind="OPT", stage=-1, microbatch=-1, flops=14 * 1e9, device="cpu")
+    assert host_compute_time_s(step, node) == pytest.approx(0.5)
+    with pytest.raises(SimgridError, match="device = 'gpu'; GPU ops are timed by compute_time_s"):
+        host_compute_time_s(op(flops=1.0), node)
+    with pytest.raises(SimgridError, match="device = 'cpu'; host ops are timed by host_compute_time_s"):
+        compute_time_s(step, synthetic_cluster(num_gpus=1).gpu, dtype="bf16")
+
+
+def test_adam_flops_per_param_matches_the_schedule_builder() -> None:
+    """The host rate conversion uses the same FLOPs per Adam parameter the OPT ops are built with."""
+    from simgrid.schedules.lower.optimizer import OPTIMIZER_FLOPS_PER_PARAM
+
+    assert OPTIMIZER_FLOPS_PER_PARAM["adam"] == ADAM_FLOPS_PER_PARAM
+
+
+def test_overlap_slowdown_comes_from_the_profile() -> None:
+    """The compute slowdown under overlapped communication is the GPU profile's figure."""
+    assert overlap_slowdown(synthetic_cluster(num_gpus=1, comm_compute_slowdown=0.15).gpu) == 0.15

@@ -1,0 +1,110 @@
+"""Text form of IR ops: exact round trips for every op type and field, readable output, clear errors."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from ir_strategies import any_op, computes
+
+from simgrid.errors import ProgramError
+from simgrid.ir import (
+    Alloc,
+    Collective,
+    Compute,
+    Free,
+    P2PKey,
+    Send,
+    Transfer,
+    Wait,
+    format_op,
+    parse_op,
+)
+
+
+@given(any_op)
+def test_parse_inverts_format_for_every_op_and_field(op: object) -> None:
+    """parse_op(format_op(op)) == op for random values of every field of every op type."""
+    text = format_op(op)  # type: ignore[arg-type]
+    assert "\n" not in text
+    back = parse_op(text)
+    assert back == op
+    assert type(back) is type(op)
+
+
+@given(computes)
+def test_number_fields_keep_their_int_or_float_type(op: Compute) -> None:
+    """flops/hbm written from an int come back as int, from a float as float (repr round trip)."""
+    back = parse_op(format_op(op))
+    assert isinstance(back, Compute)
+    assert type(back.flops) is type(op.flops)
+    assert type(back.hbm_bytes) is type(op.hbm_bytes)
+
+
+def test_examples_read_as_documented() -> None:
+    """The text form is the documented human-readable one, and omits fields left at their default."""
+    f = Compute(
+        kind="F", stage=1, microbatch=0, chunk=0, block_start=3, block_end=5, flops=123.0, hbm_bytes=4.5,
+        gemm_mnk=(2048, 3072, 768), kernels=6,
+    )
+    assert format_op(f) == "F stage=1 mb=0 chunk=0 blocks=3:5 flops=123.0 hbm=4.5 gemm=2048x3072x768 kernels=6"
+    s = Send(peer=1, bytes=1024, key=P2PKey(src_stage=0, dst_stage=1, microbatch=3, direction="F"), handle="sF0")
+    assert format_op(s) == "SEND peer=1 bytes=1024 key=0>1:F:3 handle=sF0"
+    ar = Collective(kind="all_reduce", group="tp/pp0-dp0", bytes=64, purpose="tp", handle="ar0", label="b3:fwd")
+    assert format_op(ar) == "ALL_REDUCE group=tp/pp0-dp0 bytes=64 purpose=tp handle=ar0 label=b3:fwd"
+    assert format_op(Wait(handle="ar0")) == "WAIT handle=ar0"
+    assert format_op(Alloc(name="w", bytes=8, category="weights")) == "ALLOC name=w bytes=8 category=weights"
+    assert format_op(Free(name="w")) == "FREE name=w"
+    assert format_op(Transfer(direction="h2d", bytes=8, handle="p")) == "H2D bytes=8 handle=p"
+
+
+def test_strings_with_spaces_are_json_quoted() -> None:
+    """A label with a space is quoted so the line still splits into key=value tokens."""
+    op = Collective(kind="barrier", group="world", bytes=0, purpose="sync", handle="b 0", label='say "hi"')
+    text = format_op(op)
+    assert text == 'BARRIER group=world bytes=0 purpose=sync handle="b 0" label="say \\"hi\\""'
+    assert parse_op(text) == op
+
+
+def test_whitespace_between_tokens_is_free() -> None:
+    """Extra spaces and tabs between tokens do not matter when reading."""
+    assert parse_op("  FREE \t name=x  ") == Free(name="x")
+
+
+@pytest.mark.parametrize(
+    ("line", "match"),
+    [
+        ("", "empty op line"),
+        ("JUMP x=1", r"unknown op 'JUMP'; expected one of F, B, I, W, R, OPT, SEND"),
+        ("FREE name=a colour=red", r"unknown field 'colour' for FREE; expected name"),
+        ("FREE name=a name=b", r"field 'name' given twice"),
+        ("FREE", r"FREE is missing field\(s\) name"),
+        ("ALLOC name=a bytes=1.5 category=weights", r"bytes='1.5' is not valid; expected an integer"),
+        ("ALLOC name=a bytes=1 category=cats", r"category='cats' is not valid; expected one of weights"),
+        ("SEND peer=1 bytes=1 key=0-1 handle=h", r"key='0-1' is not valid; expected SRC>DST:DIR:MB"),
+        ("F stage=0 mb=0 chunk=0 blocks=3 flops=1 hbm=0", r"blocks='3' is not valid; expected START:END"),
+        ("F stage=0 mb=0 chunk=0 blocks=0:1 flops=x hbm=0", r"flops='x' is not valid; expected a number"),
+        ("WAIT handle", r"token 'handle' is not key=value"),
+        ('WAIT handle="abc', r"unterminated or malformed quoted value"),
+        ('WAIT handle=a"b', r"stray quote"),
+        ('ALLOC name=a bytes="1" category=weights', r"field 'bytes' must be an integer, unquoted"),
+    ],
+)
+def test_parse_errors_name_the_line_token_and_expectation(line: str, match: str) -> None:
+    """Bad lines raise ProgramError quoting the line, the bad token and what was expected."""
+    with pytest.raises(ProgramError, match=match):
+        parse_op(line)
+
+
+def test_parse_error_carries_the_location_prefix() -> None:
+    """The caller's location (file, rank, op index) prefixes the message."""
+    with pytest.raises(ProgramError, match=r"^f\.json: ranks\[3\]\[17\]: cannot parse op 'WAT handle=x'"):
+        parse_op("WAT handle=x", "f.json: ranks[3][17]: ")
+
+
+def test_format_rejects_wrongly_typed_fields() -> None:
+    """An op built with a wrong field type cannot be written silently into something unreadable."""
+    with pytest.raises(ProgramError, match=r"Alloc.bytes = 1.5 must be an integer"):
+        format_op(Alloc(name="a", bytes=1.5, category="weights"))  # type: ignore[arg-type]
+    with pytest.raises(ProgramError, match=r"unknown kind/direction 'ZAP'"):
+        format_op(Compute(kind="ZAP", stage=0, microbatch=0, chunk=0, block_start=0, block_end=1,  # type: ignore[arg-type]
+                          flops=0.0, hbm_bytes=0.0))

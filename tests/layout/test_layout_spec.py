@@ -1,0 +1,81 @@
+"""Layout construction rules and their error messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from simgrid.errors import LayoutError
+from simgrid.layout import Layout, check_layout
+from simgrid.model.spec import ModelSpec
+
+GPT = ModelSpec(name="t", num_layers=8, hidden_size=64, num_heads=4, vocab_size=256, seq_length=32)
+
+
+def test_defaults_pick_schedule_from_pipeline_degree() -> None:
+    """pp = 1 defaults to no schedule, pp > 1 to 1F1B."""
+    assert Layout().schedule == "none"
+    assert Layout(pp=2).schedule == "1f1b"
+
+
+def test_microbatch_count_is_global_batch_over_replicas() -> None:
+    """m = gbs / (mbs * dp); world size is the product of degrees."""
+    lay = Layout(dp=4, tp=2, pp=2, micro_batch_size=2, global_batch_size=64)
+    assert lay.num_microbatches == 8
+    assert lay.world_size == 16
+    assert Layout(dp=3, micro_batch_size=2).gbs == 6
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"dp": 0}, r"dp = 0 must be a positive integer"),
+        ({"tp": -2}, r"tp = -2 must be a positive integer"),
+        ({"zero": 4}, r"zero = 4 must be a ZeRO stage"),
+        ({"dp": 2, "micro_batch_size": 2, "global_batch_size": 6}, r"global_batch_size = 6 is not divisible"),
+        ({"schedule": "1f1b"}, r"needs pipeline parallelism but pp = 1"),
+        ({"pp": 2, "schedule": "none"}, r"pp = 2 needs a pipeline schedule"),
+        ({"pp": 2, "schedule": "interleaved-1f1b", "global_batch_size": 4}, r"needs vpp >= 2"),
+        (
+            {"pp": 2, "vpp": 2, "schedule": "interleaved-1f1b", "global_batch_size": 3},
+            r"multiple of pp = 2",
+        ),
+        ({"pp": 2, "vpp": 3, "schedule": "zbv", "global_batch_size": 4}, r"exactly 2 model chunks"),
+        ({"pp": 2, "vpp": 2, "global_batch_size": 4}, r"vpp = 2 \(virtual stages\) only applies"),
+        ({"sequence_parallel": True}, r"needs tp > 1"),
+        ({"pp": 2, "zero": 2, "dp": 2, "global_batch_size": 4}, r"zero = 2 with pp = 2 is not supported"),
+        ({"dp": 2, "zero": 1, "dp_mode": "parameter-server"}, r"parameter-server.*cannot"),
+        ({"recompute": "some"}, r"recompute = 'some' is not one of none, selective, full"),
+        ({"schedule": "pipedream"}, r"schedule = 'pipedream' is not one of"),
+    ],
+)
+def test_bad_layouts_name_the_field_and_fix(kwargs: dict[str, object], message: str) -> None:
+    """Each rule violation raises LayoutError naming the offending value."""
+    with pytest.raises(LayoutError, match=message):
+        Layout(**kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tp": 3}, r"tp = 3 does not divide the 4 attention heads"),
+        ({"pp": 4, "vpp": 3, "schedule": "interleaved-1f1b", "global_batch_size": 4}, r"= 12 stages exceed the 8"),
+    ],
+)
+def test_model_dependent_rules(kwargs: dict[str, object], message: str) -> None:
+    """check_layout rejects degrees the model's shape cannot be split by."""
+    lay = Layout(**kwargs)  # type: ignore[arg-type]
+    with pytest.raises(LayoutError, match=message):
+        check_layout(GPT, lay)
+
+
+def test_model_dependent_rules_accept_exact_splits() -> None:
+    """pp * vpp = 8 stages of one layer each and tp = 4 over 4 heads are accepted."""
+    check_layout(GPT, Layout(tp=4, pp=2, vpp=4, schedule="interleaved-1f1b", global_batch_size=2))
+
+
+def test_round_trip_through_dict() -> None:
+    """to_dict/from_dict reproduce the layout; unknown keys are rejected by name."""
+    lay = Layout(dp=2, tp=2, pp=2, vpp=2, schedule="interleaved-1f1b", global_batch_size=8, zero=1)
+    assert Layout.from_dict(lay.to_dict()) == lay
+    with pytest.raises(LayoutError, match=r"unknown field\(s\) \['tpp'\]"):
+        Layout.from_dict({"tpp": 2})

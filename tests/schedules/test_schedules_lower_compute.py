@@ -1,0 +1,105 @@
+"""Compute pass (F/B/I/W ops costed from block_cost) and recompute pass."""
+
+from __future__ import annotations
+
+import pytest
+from schedule_helpers import TINY, context, flat
+
+from simgrid.errors import ScheduleError
+from simgrid.ir.ops import Compute
+from simgrid.model import block_cost
+from simgrid.schedules.lower.compute import add_recompute, compute_steps
+from simgrid.schedules.lower.context import LoweringContext
+
+
+def _computes(role: list) -> list[Compute]:
+    return [op for op in flat(role) if isinstance(op, Compute)]
+
+
+def test_block_granularity_has_one_op_per_sub_block_forward_then_reverse_backward() -> None:
+    """pp = 2 on 4 layers: stage 0 = embed + layers 0-1 (blocks 0..4); backward walks them in reverse."""
+    ctx = context(pp=2, global_batch_size=2)
+    role = compute_steps(ctx, 0)
+    first_f = [op for op in _computes(role) if op.kind == "F" and op.microbatch == 0]
+    assert [(op.block_start, op.block_end) for op in first_f] == [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]
+    first_b = [op for op in _computes(role) if op.kind == "B" and op.microbatch == 0]
+    assert [op.block_start for op in first_b] == [4, 3, 2, 1, 0]
+    assert role[0].action is None and role[-1].action is None
+
+
+def test_costs_come_from_block_cost_and_b_is_i_plus_w() -> None:
+    """F uses the forward figures; B the backward ones with I + W FLOPs (TP split already applied)."""
+    ctx = context(tp=2)
+    ops = _computes(compute_steps(ctx, 0))
+    cost = block_cost(TINY, ctx.layout, 3)
+    f = next(op for op in ops if op.kind == "F" and op.block_start == 3)
+    b = next(op for op in ops if op.kind == "B" and op.block_start == 3)
+    assert (f.flops, f.hbm_bytes, f.kernels, f.gemm_mnk) == (
+        cost.fwd_flops, cost.fwd_hbm_bytes, cost.fwd_kernels, cost.gemm_mnk)
+    assert b.flops == cost.bwd_input_flops + cost.bwd_weight_flops
+    assert (b.hbm_bytes, b.kernels) == (cost.bwd_hbm_bytes, cost.bwd_kernels)
+
+
+def test_split_backward_shares_flops_exactly_between_i_and_w() -> None:
+    """ZB-H1: I carries the input-grad FLOPs, W the weight-grad FLOPs; their bytes add up to B's."""
+    ctx = context(pp=2, schedule="zb-h1", global_batch_size=2)
+    ops = _computes(compute_steps(ctx, 1))
+    cost = block_cost(TINY, ctx.layout, 7)
+    i = next(op for op in ops if op.kind == "I" and op.block_start == 7)
+    w = next(op for op in ops if op.kind == "W" and op.block_start == 7)
+    assert (i.flops, w.flops) == (cost.bwd_input_flops, cost.bwd_weight_flops)
+    assert i.hbm_bytes + w.hbm_bytes == pytest.approx(cost.bwd_hbm_bytes)
+
+
+def test_stage_granularity_sums_the_stage_and_keeps_the_largest_gemm() -> None:
+    """One op per (stage, micro-batch, kind) with FLOPs summed over the stage's blocks."""
+    ctx = context("stage", pp=2, global_batch_size=2)
+    ops = _computes(compute_steps(ctx, 1))
+    assert len(ops) == 2 * 2
+    f = ops[0]
+    assert (f.block_start, f.block_end) == (5, 10)
+    costs = [block_cost(TINY, ctx.layout, b) for b in range(5, 10)]
+    assert f.flops == pytest.approx(sum(c.fwd_flops for c in costs))
+    assert f.gemm_mnk == max(costs, key=lambda c: c.fwd_flops).gemm_mnk
+
+
+def test_chunk_is_the_local_model_chunk() -> None:
+    """Interleaved pp = 2, vpp = 2: stage 3 is rank 1's chunk 1."""
+    ctx = context(pp=2, vpp=2, schedule="interleaved-1f1b", global_batch_size=2)
+    assert {(op.stage, op.chunk) for op in _computes(compute_steps(ctx, 1))} == {(1, 0), (3, 1)}
+
+
+def test_full_recompute_puts_an_r_before_every_transformer_backward() -> None:
+    """Full recompute reruns each layer sub-block's forward right before its backward; not embed/head."""
+    ctx = context(recompute="full")
+    ops = _computes(add_recompute(ctx, compute_steps(ctx, 0)))
+    for index, op in enumerate(ops):
+        if op.kind == "B":
+            before = ops[index - 1]
+            transformer = 1 <= op.block_start <= 8
+            assert (before.kind == "R" and before.block_start == op.block_start) == transformer
+    r = next(op for op in ops if op.kind == "R")
+    assert r.flops == block_cost(TINY, ctx.layout, r.block_start).fwd_flops
+
+
+def test_selective_recompute_reruns_only_the_attention_core() -> None:
+    """Selective recompute: R only for attention blocks (odd 1..7), with the attention-core FLOPs."""
+    ctx = context(recompute="selective")
+    ops = _computes(add_recompute(ctx, compute_steps(ctx, 0)))
+    recomputed = sorted({op.block_start for op in ops if op.kind == "R"})
+    assert recomputed == [1, 3, 5, 7]
+    s, h = TINY.seq_length, TINY.hidden_size
+    r = next(op for op in ops if op.kind == "R")
+    assert r.flops == 4 * s * s * h  # Q K^T and P V: 2 * 2 s^2 h for one sequence (Megatron eq. 3 term)
+
+
+def test_no_recompute_adds_nothing() -> None:
+    """recompute = none leaves the role untouched."""
+    ctx = context()
+    assert not [op for op in _computes(add_recompute(ctx, compute_steps(ctx, 0))) if op.kind == "R"]
+
+
+def test_unknown_granularity_is_rejected() -> None:
+    """Only 'block' and 'stage' exist."""
+    with pytest.raises(ScheduleError, match="granularity = 'layer' is not one of block, stage"):
+        LoweringContext(model=TINY, layout=context().layout, granularity="layer")  # type: ignore[arg-type]

@@ -1,0 +1,147 @@
+"""Data-parallel passes: DDP buckets, parameter server, ZeRO-1/2 grad sync, ZeRO-3 gathers with prefetch."""
+
+from __future__ import annotations
+
+import pytest
+from schedule_helpers import TINY, replay_peaks
+
+from simgrid.ir.ops import Alloc, Collective, Compute, Free, Wait
+from simgrid.layout.mesh import Mesh
+from simgrid.layout.spec import Layout
+from simgrid.model import block_params_on_rank
+from simgrid.schedules import build_program
+from simgrid.schedules.buckets import grad_buckets
+
+
+def _ops(layout: Layout, rank: int = 0, granularity: str = "block") -> tuple:
+    return build_program(TINY, layout, granularity=granularity).ranks[rank]  # type: ignore[arg-type]
+
+
+def _colls(ops: tuple, purpose: str) -> list[tuple[int, Collective]]:
+    return [(i, op) for i, op in enumerate(ops) if isinstance(op, Collective) and op.purpose == purpose]
+
+
+def _opt_index(ops: tuple) -> int:
+    return next(i for i, op in enumerate(ops) if isinstance(op, Compute) and op.kind == "OPT")
+
+
+def test_ddp_all_reduces_each_bucket_once_during_the_last_microbatch_backward() -> None:
+    """One ALL_REDUCE per bucket, right after the backward op of the bucket's first block on the last
+    micro-batch, while later blocks' backward still runs; WAITs before the optimizer step."""
+    layout = Layout(dp=2, global_batch_size=6, bucket_size_MB=0.02)
+    ops = _ops(layout)
+    buckets = grad_buckets(TINY, layout, 0)
+    assert len(buckets) >= 3
+    found = _colls(ops, "dp-grad")
+    assert [op.label for _, op in found] == [f"s0:bucket{b.index}" for b in buckets]
+    assert [op.bytes for _, op in found] == [b.bytes for b in buckets]
+    for (index, op), bucket in zip(found, buckets, strict=True):
+        producer = ops[index - 1]
+        assert isinstance(producer, Compute) and producer.kind == "B" and producer.microbatch == 2
+        assert producer.block_start == min(bucket.blocks)
+        assert op.group == "dp/pp0-tp0"
+    last_backward = max(i for i, op in enumerate(ops) if isinstance(op, Compute) and op.kind == "B")
+    assert found[0][0] < last_backward  # overlaps the remaining backward
+    opt = _opt_index(ops)
+    waits = [i for i, op in enumerate(ops) if isinstance(op, Wait) and op.handle.startswith("dp-grad")]
+    assert len(waits) == len(buckets) and max(waits) < opt
+
+
+def test_ddp_with_split_backward_issues_after_the_weight_gradient() -> None:
+    """ZB-H1: weight gradients come from W, so the bucket all-reduce follows a W op."""
+    layout = Layout(dp=2, pp=2, schedule="zb-h1", global_batch_size=4)
+    ops = _ops(layout, rank=0)
+    for index, _ in _colls(ops, "dp-grad"):
+        assert isinstance(ops[index - 1], Compute) and ops[index - 1].kind == "W"
+
+
+def test_parameter_server_reduces_to_the_first_rank_which_alone_steps_and_broadcasts() -> None:
+    """PS: REDUCE to dp rank 0, the server runs OPT and keeps optimizer states, then BROADCASTs."""
+    layout = Layout(dp=3, tp=2, dp_mode="parameter-server", global_batch_size=3)
+    program = build_program(TINY, layout)
+    mesh = Mesh(layout)
+    for rank, ops in enumerate(program.ranks):
+        server = mesh.dp_group(rank)[0]
+        reduces = _colls(ops, "ps-reduce")
+        casts = _colls(ops, "ps-broadcast")
+        assert reduces and casts and {op.root for _, op in reduces + casts} == {server}
+        has_opt = any(isinstance(op, Compute) and op.kind == "OPT" for op in ops)
+        holds_states = any(isinstance(op, Alloc) and op.category == "optimizer" for op in ops)
+        assert has_opt == holds_states == (rank == server)
+        if has_opt:
+            assert max(i for i, _ in reduces) < _opt_index(ops) < min(i for i, _ in casts)
+
+
+def test_zero1_reduce_scatters_buckets_and_gathers_parameters_after_the_step() -> None:
+    """ZeRO-1: REDUCE_SCATTER (zero-grad) per bucket before OPT, ALL_GATHER (zero-param) per bucket after."""
+    layout = Layout(dp=4, zero=1, global_batch_size=4, bucket_size_MB=0.02)
+    ops = _ops(layout)
+    buckets = grad_buckets(TINY, layout, 0)
+    scatters, gathers = _colls(ops, "zero-grad"), _colls(ops, "zero-param")
+    assert [op.kind for _, op in scatters] == ["reduce_scatter"] * len(buckets)
+    assert [op.kind for _, op in gathers] == ["all_gather"] * len(buckets)
+    opt = _opt_index(ops)
+    assert max(i for i, _ in scatters) < opt < min(i for i, _ in gathers)
+    params = [sum(block_params_on_rank(TINY, layout, b) for b in bucket.blocks) * 2 for bucket in buckets]
+    assert [op.bytes for _, op in gathers] == params
+
+
+def test_zero2_reduce_scatters_every_microbatch_and_lowers_the_gradient_peak() -> None:
+    """ZeRO-2: each micro-batch's backward reduce-scatters each bucket and frees its full-size buffer, so
+    the peak of gradient-holding memory (grads + bucket buffers) is below ZeRO-1's full gradients."""
+    base = dict(dp=4, global_batch_size=12, bucket_size_MB=0.02)
+    ops2 = _ops(Layout(zero=2, **base))
+    buckets = grad_buckets(TINY, Layout(zero=2, **base), 0)
+    assert len(_colls(ops2, "zero-grad")) == 3 * len(buckets)
+    for _, op in _colls(ops2, "zero-grad"):
+        name = "zero2-bucket:" + op.handle.split(":", 1)[1]
+        assert Free(name=name) in ops2
+    peak2 = replay_peaks(ops2)
+    peak1 = replay_peaks(_ops(Layout(zero=1, **base)))
+    assert peak2["grads"] + peak2["comm"] < peak1["grads"]
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3])
+def test_zero3_gathers_each_block_before_use_with_the_prefetch_depth(depth: int) -> None:
+    """Before every compute op its block's ALL_GATHER was waited, and exactly min(depth, blocks left)
+    later blocks of the same pass have been issued but not yet used (Rajbhandari et al. 2020, 5.3)."""
+    layout = Layout(dp=2, zero=3, global_batch_size=4, zero3_prefetch_depth=depth)
+    ops = _ops(layout)
+    waited: set[str] = set()
+    issued: list[str] = []
+    for op in ops:
+        if isinstance(op, Collective) and op.purpose == "zero-param":
+            issued.append(op.handle)
+        elif isinstance(op, Wait):
+            waited.add(op.handle)
+        elif isinstance(op, Compute) and op.kind in ("F", "B"):
+            tag = f"zero3-param:m{op.microbatch}:{op.kind}:"
+            assert f"{tag}b{op.block_start}" in waited
+            ahead = [h for h in issued if h.startswith(tag) and h not in waited]
+            left = op.block_start if op.kind == "B" else 9 - op.block_start
+            assert len(ahead) == min(depth, left)
+    gathers = _colls(ops, "zero-param")
+    assert len(gathers) == 2 * 2 * 10  # every block, forward and backward, each micro-batch
+    assert {op.label for _, op in gathers} == {f"b{b}:param" for b in range(10)}
+
+
+def test_zero3_reduce_scatters_each_blocks_gradient_and_frees_gathered_params() -> None:
+    """After each block's backward its gradient is reduce-scattered; gathered buffers never outlive use."""
+    layout = Layout(dp=2, zero=3, global_batch_size=2)
+    ops = _ops(layout)
+    scatters = _colls(ops, "zero-grad")
+    assert [op.label for _, op in scatters] == [f"b{b}:grad" for b in range(9, -1, -1)]
+    for index, op in scatters:
+        block = int(op.label[1:].split(":")[0])
+        producer = next(o for o in reversed(ops[:index]) if isinstance(o, Compute))
+        assert producer.kind == "B" and producer.block_start == block
+    allocs = {op.name for op in ops if isinstance(op, Alloc)}
+    frees = {op.name for op in ops if isinstance(op, Free)}
+    assert allocs == frees
+
+
+def test_zero3_stage_granularity_folds_the_gathers() -> None:
+    """At stage granularity one gather covers the whole stage, count = blocks folded."""
+    ops = _ops(Layout(dp=2, zero=3, global_batch_size=2), granularity="stage")
+    gathers = _colls(ops, "zero-param")
+    assert [op.count for _, op in gathers] == [10, 10]

@@ -1,0 +1,114 @@
+"""Memory ops: model-state and activation ALLOC/FREE replay against the analytic memory model."""
+
+from __future__ import annotations
+
+import pytest
+from schedule_helpers import TINY, context, flat, replay_peaks, tiny_with_layers
+
+from simgrid.ir.ops import Alloc, Compute, Free
+from simgrid.layout.spec import Layout
+from simgrid.memory.activations import stage_activation_bytes
+from simgrid.memory.states import stage_state_bytes
+from simgrid.model import block_cost, block_params_on_rank
+from simgrid.schedules import build_program
+from simgrid.schedules.lower.activations import add_activation_memory
+from simgrid.schedules.lower.compute import compute_steps
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2, 3])
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_model_state_peaks_equal_the_analytic_model(zero: int, optimizer: str) -> None:
+    """Replaying weights/grads/optimizer ALLOCs gives simgrid.memory's per-rank model states exactly."""
+    layout = Layout(dp=4, tp=2, zero=zero, optimizer=optimizer, global_batch_size=8)  # type: ignore[arg-type]
+    program = build_program(TINY, layout)
+    expected = stage_state_bytes(TINY, layout, 0)
+    for ops in program.ranks:
+        peaks = replay_peaks(ops)
+        assert peaks["weights"] == expected.weights_bytes
+        assert peaks["grads"] == expected.grads_bytes
+        assert peaks.get("optimizer", 0) == expected.optimizer_bytes
+
+
+def test_model_states_by_hand_for_zero1_adam() -> None:
+    """ZeRO paper (Rajbhandari et al. 2020, table 1 row P_os): 2 + 2 + 12/dp bytes per parameter."""
+    layout = Layout(dp=4, zero=1, global_batch_size=4)
+    params = sum(block_params_on_rank(TINY, layout, b) for b in range(10))
+    peaks = replay_peaks(build_program(TINY, layout).ranks[0])
+    assert (peaks["weights"], peaks["grads"]) == (2 * params, 2 * params)
+    assert peaks["optimizer"] == pytest.approx(12 * params / 4, abs=10)
+
+
+def test_offload_keeps_no_optimizer_states_on_the_gpu() -> None:
+    """ZeRO-Offload: optimizer states live on the host, so no optimizer ALLOC on the device."""
+    ops = build_program(TINY, Layout(dp=2, zero=1, offload_optimizer=True, global_batch_size=2)).ranks[0]
+    assert not [op for op in ops if isinstance(op, Alloc) and op.category == "optimizer"]
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 6])
+def test_1f1b_first_stage_holds_min_pp_m_microbatches(m: int) -> None:
+    """1F1B (Narayanan et al. SC'21): the first stage keeps min(pp, m) micro-batches' activations."""
+    model = tiny_with_layers(4)
+    layout = Layout(pp=4, global_batch_size=m)
+    ranks = build_program(model, layout).ranks
+    for pp_rank in range(4):
+        peak = replay_peaks(ranks[pp_rank])["activations"]
+        assert peak == min(4 - pp_rank, m) * stage_activation_bytes(model, layout, pp_rank)
+
+
+def test_gpipe_holds_every_microbatch() -> None:
+    """GPipe keeps all m micro-batches' activations until the backwards start."""
+    layout = Layout(pp=2, global_batch_size=5, schedule="gpipe")
+    per_mb = stage_activation_bytes(TINY, layout, 0)
+    assert replay_peaks(build_program(TINY, layout).ranks[0])["activations"] == 5 * per_mb
+
+
+def test_zb_h1_keeps_at_most_pp_microbatches_in_flight_like_1f1b_first_stage() -> None:
+    """Qi et al. 2023: ZB-H1 keeps 1F1B's peak of pp micro-batches; with W freeing the activations, a
+    rank that defers r W's holds pp - r + r = pp of them (rank 0 exactly as in 1F1B)."""
+    for m in (1, 3, 6):
+        layout = Layout(pp=4, global_batch_size=m, schedule="zb-h1")
+        model = tiny_with_layers(4)
+        ranks = build_program(model, layout).ranks
+        for pp_rank in range(4):
+            held = replay_peaks(ranks[pp_rank])["activations"] / stage_activation_bytes(model, layout, pp_rank)
+            assert held == min(4, m) if pp_rank < m else held <= min(4, m)
+
+
+def test_every_allocation_is_freed_by_the_end_of_the_step() -> None:
+    """No buffer outlives the step program (activations, comm buffers, model states)."""
+    layout = Layout(dp=2, tp=2, pp=2, zero=1, recompute="full", global_batch_size=4)
+    for ops in build_program(TINY, layout).ranks:
+        live: set[str] = set()
+        for op in ops:
+            if isinstance(op, Alloc):
+                live.add(op.name)
+            elif isinstance(op, Free):
+                live.remove(op.name)
+        assert not live
+
+
+def test_recompute_rebuilds_the_dropped_activations_transiently() -> None:
+    """Full recompute stores less between forward and backward; the recomputed rest is freed at once."""
+    full = build_program(TINY, Layout(recompute="full"))
+    plain = build_program(TINY, Layout())
+    kept_full = [op.bytes for op in full.ranks[0] if isinstance(op, Alloc) and op.name.startswith("act:")]
+    kept_plain = [op.bytes for op in plain.ranks[0] if isinstance(op, Alloc) and op.name.startswith("act:")]
+    assert sum(kept_full) < sum(kept_plain)
+    rebuilt = [op.bytes for op in full.ranks[0] if isinstance(op, Alloc) and op.name.startswith("rec:")]
+    assert sum(kept_full) + sum(rebuilt) == sum(kept_plain)
+
+
+def test_activation_pass_allocates_after_forward_and_frees_after_the_releasing_backward() -> None:
+    """The pass alone: ALLOC right after each F op with the block's activation bytes; FREE right after
+    the matching B (or, with a split backward, after W, not I)."""
+    for schedule, release in (("1f1b", "B"), ("zb-h1", "W")):
+        ctx = context(pp=2, schedule=schedule, global_batch_size=2)
+        ops = flat(add_activation_memory(ctx, compute_steps(ctx, 0)))
+        for index, op in enumerate(ops):
+            if isinstance(op, Compute) and op.kind == "F":
+                alloc = ops[index + 1]
+                assert isinstance(alloc, Alloc) and alloc.category == "activations"
+                assert alloc.bytes == block_cost(TINY, ctx.layout, op.block_start).activation_bytes
+            if isinstance(op, Compute) and op.kind in ("B", "I", "W"):
+                freed = index + 1 < len(ops) and isinstance(ops[index + 1], Free)
+                assert freed == (op.kind == release)

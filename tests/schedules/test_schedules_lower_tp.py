@@ -1,0 +1,99 @@
+"""Tensor-parallel pass: Megatron 1-D collectives around compute ops, each waited at once."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from schedule_helpers import TINY, context, flat
+
+from simgrid.ir.ops import Collective, Compute, Wait
+from simgrid.schedules.lower.compute import add_recompute, compute_steps
+from simgrid.schedules.lower.tensor_parallel import add_tensor_parallel
+
+
+def _tp_role(granularity: str = "block", **layout: object) -> list:
+    ctx = context(granularity, **layout)
+    return flat(add_tensor_parallel(ctx, add_recompute(ctx, compute_steps(ctx, 0)), 0))
+
+
+def _layer_collectives(ops: list, kind: str) -> Counter:
+    """Collectives right around the compute ops of transformer blocks (1..8), per (compute kind, coll kind)."""
+    found: Counter = Counter()
+    current = None
+    for op in ops:
+        if isinstance(op, Compute):
+            current = op
+        if isinstance(op, Collective):
+            owner = current if current is not None and op.handle.endswith(
+                tuple(f"b{current.block_start}:after{i}" for i in range(4))) else None
+            nxt = None
+            if owner is None:  # a "before" collective belongs to the next compute op
+                idx = ops.index(op)
+                nxt = next(o for o in ops[idx:] if isinstance(o, Compute))
+            block_op = owner or nxt
+            if 1 <= block_op.block_start <= 2 * TINY.num_layers:
+                found[(block_op.kind, op.kind)] += 1
+    return found
+
+
+def test_two_all_reduces_forward_and_two_backward_per_layer() -> None:
+    """Megatron (Shoeybi et al. 2019, fig. 3): g after attention and MLP forward, f in their backward."""
+    ops = _tp_role(tp=2)
+    counts = _layer_collectives(ops, "all_reduce")
+    assert counts == {("F", "all_reduce"): 2 * TINY.num_layers, ("B", "all_reduce"): 2 * TINY.num_layers}
+
+
+def test_every_tp_collective_is_followed_by_its_wait_on_the_tp_group() -> None:
+    """Megatron's TP communication is synchronous: WAIT right after; group tp/pp0-dp0, purpose tp."""
+    ops = _tp_role(tp=2)
+    for index, op in enumerate(ops):
+        if isinstance(op, Collective):
+            assert ops[index + 1] == Wait(handle=op.handle)
+            assert (op.group, op.purpose) == ("tp/pp0-dp0", "tp")
+            assert op.label.startswith("b") and op.label.endswith((":fwd", ":bwd"))
+
+
+def test_sequence_parallel_swaps_all_reduce_for_gather_and_scatter() -> None:
+    """Korthikanti et al. 2022 fig. 5: all-gather before, reduce-scatter after; no layer all-reduce."""
+    ops = _tp_role(tp=2, sequence_parallel=True)
+    counts = _layer_collectives(ops, "")
+    layers = TINY.num_layers
+    assert counts[("F", "all_gather")] == 2 * layers
+    assert counts[("F", "reduce_scatter")] == 2 * layers
+    assert counts[("B", "reduce_scatter")] == 2 * layers
+    assert not [k for k in counts if k[1] == "all_reduce"]
+
+
+def test_weight_gradient_pass_has_no_tp_communication() -> None:
+    """W ops (split backward) need no collective: weight gradients are local to the tp shard."""
+    ctx = context(tp=2, pp=2, schedule="zb-h1", global_batch_size=2)
+    ops = flat(add_tensor_parallel(ctx, compute_steps(ctx, 1), 1))
+    owners = []
+    for index, op in enumerate(ops):
+        if isinstance(op, Collective):
+            before = next((o for o in reversed(ops[:index]) if isinstance(o, Compute)), None)
+            after = next(o for o in ops[index:] if isinstance(o, Compute))
+            owners.append(before.kind if op.handle.split(":")[-1].startswith("after") else after.kind)
+    assert owners and "W" not in owners
+    assert set(owners) == {"F", "I"}
+
+
+def test_full_recompute_repeats_the_forward_collectives() -> None:
+    """Full recompute reruns the layer forward, communication included (label ...:recompute)."""
+    ops = _tp_role(tp=2, recompute="full")
+    labels = Counter(op.label.split(":")[1] for op in ops if isinstance(op, Collective))
+    assert labels["recompute"] == 2 * TINY.num_layers
+
+
+def test_stage_granularity_folds_collectives_with_count_and_total_bytes() -> None:
+    """One collective per (position, kind) per stage op; counts and bytes add up to the block-level ones."""
+    block_ops = [op for op in _tp_role(tp=2) if isinstance(op, Collective)]
+    stage_ops = [op for op in _tp_role("stage", tp=2) if isinstance(op, Collective)]
+    assert sum(op.count for op in stage_ops) == len(block_ops)
+    assert sum(op.bytes for op in stage_ops) == sum(op.bytes for op in block_ops)
+    assert {op.label for op in stage_ops} <= {"s0:fwd", "s0:bwd"}
+
+
+def test_tp_one_adds_nothing() -> None:
+    """Without tensor parallelism there is nothing to communicate."""
+    assert not [op for op in _tp_role() if isinstance(op, Collective)]
