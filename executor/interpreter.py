@@ -121,6 +121,8 @@ class RankInterpreter:
         self.tokens = global_batch(self.spec, self.layout, self.seed, step)
         self.result = StepResult()
         self.live_bytes = 0
+        self.tp_plan.cursor.clear()
+        self.sp_done.clear()
         self.timer.start_step()
         for index, op in enumerate(self.ops):
             self.current_index = index

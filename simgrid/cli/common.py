@@ -69,6 +69,12 @@ def add_layout_args(parser: argparse.ArgumentParser) -> None:
         default="allreduce",
         help="gradient sync: bucketed all-reduce (DDP) or parameter server",
     )
+    g.add_argument(
+        "--no-overlap-grad-reduce",
+        dest="overlap_grad_reduce",
+        action="store_false",
+        help="sync gradients after the last backward instead of overlapping it (Megatron-LM 2021)",
+    )
     g.add_argument("--bucket-mb", type=positive_number, default=25.0, help="gradient bucket size in MB (default 25)")
 
 
@@ -125,6 +131,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None) -> La
         offload_optimizer=args.offload,
         dp_mode=args.dp_mode,
         bucket_size_MB=args.bucket_mb,
+        overlap_grad_reduce=getattr(args, "overlap_grad_reduce", True),
     )
 
 

@@ -68,6 +68,9 @@ class Layout:
     """Gradient bucket size for overlapped data-parallel sync (PyTorch DDP default 25 MB)."""
     zero3_prefetch_depth: int = 1
     """Layers whose parameters ZeRO-3 gathers ahead of use."""
+    overlap_grad_reduce: bool = True
+    """Overlap the data-parallel gradient sync with the backward, bucket by bucket (PyTorch DDP); False
+    syncs every bucket after the last backward (Megatron-LM 2021's ``--DDP-impl local``)."""
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "vpp", "micro_batch_size", "zero3_prefetch_depth"):

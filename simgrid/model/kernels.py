@@ -16,8 +16,9 @@ forward                                             backward
                                                       residual-branch gradient sum       3E
                                                       bias gradients (column sums): read the output grads
 where ``E = T h d`` (divided by ``tp`` under sequence parallelism), ``S = a_local b s^2 d``,
-``F = T f_local d``, ``T = b s`` tokens and ``d`` the element size. Matmul operands are not counted here:
-the compute model costs GEMMs by FLOPs and shape. The embedding is a gather (read + write ``T h d``), a
+``F = T f_local d``, ``T = b s`` tokens and ``d`` the element size. Matmul operands are not counted here
+(the compute model costs GEMMs by FLOPs and shape), except the attention core's s x s operands, whose
+batched GEMMs are memory-bound (2S forward, 4S backward; see the attention branch). The embedding is a gather (read + write ``T h d``), a
 position add and a dropout; the loss is Megatron's fp32 vocabulary-parallel cross entropy: forward
 cast (read ``d``, write 4), max (read 4), exp in place (read 4, write 4) and sum (read 4) per logit,
 backward subtract in place (read 4, write 4) and cast back (read 4, write ``d``).
@@ -100,11 +101,17 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
     if kind == "attn":
         scores = local_q_heads(model, tp) * b * s * s * d
         qk = tokens * (local_q_heads(model, tp) + local_kv_heads(model, tp)) * model.head_dim * d
-        fwd = norm_fwd + 2 * scores + residual_fwd
-        bwd = norm_bwd + 3 * scores + residual_bwd + residual_sum
+        # The core's batched GEMMs (QK^T: K = head_dim; PV: N = head_dim) have an arithmetic intensity of
+        # about head_dim FLOP per byte of the s x s operand, below the A100 ridge point (312e12 / 2039e9 =
+        # 153 FLOP/B; Williams et al. 2009 roofline), so their score-matrix traffic is charged as well:
+        # forward QK^T writes S and PV reads P (2S); backward dP = dO V^T writes dP, dV = P^T dO reads P,
+        # dQ = dS K and dK = dS^T Q read dS (4S).
+        core_gemm_fwd, core_gemm_bwd = 2 * scores, 4 * scores
+        fwd = norm_fwd + 2 * scores + core_gemm_fwd + residual_fwd
+        bwd = norm_bwd + 3 * scores + core_gemm_bwd + residual_bwd + residual_sum
         # norm, QKV, QK^T, softmax, PV, out-proj, residual / their backwards with I and W GEMMs split.
         fwd_k, bwd_k = 7, 1 + 2 + 2 + 1 + 2 + 2 + 1 + 1
-        core_bytes, core_k = 2 * scores, 3
+        core_bytes, core_k = 2 * scores + core_gemm_fwd, 3
         if dropout:
             drop = scores * (2 * d + MASK_BYTES) // d
             fwd, bwd, fwd_k, bwd_k = fwd + drop, bwd + drop, fwd_k + 1, bwd_k + 1

@@ -140,11 +140,12 @@ def test_mlp_hbm_bytes_by_kernel() -> None:
 
 
 def test_attention_hbm_bytes_include_the_s_squared_softmax_and_dropout() -> None:
-    """Attention forward: norm 2E, softmax 2S, dropout S(2d+1)/d, residual 3E + mask (S = a b s^2 d)."""
+    """Attention forward: norm 2E, softmax 2S, core GEMMs' score operand 2S, dropout S(2d+1)/d, residual
+    3E + mask (S = a b s^2 d); backward charges the core GEMMs' score operands 4S."""
     m = get_model("gpt2-small")
     T, h, a, d = 1024, 768, 12, 2
     E, S = T * h * d, a * 1024 * 1024 * d
-    assert block_cost(m, Layout(), 1).fwd_hbm_bytes == 2 * E + 2 * S + S * 5 // 2 + 3 * E + T * h
+    assert block_cost(m, Layout(), 1).fwd_hbm_bytes == 2 * E + 2 * S + 2 * S + S * 5 // 2 + 3 * E + T * h
 
 
 def test_invalid_layout_for_model_is_rejected() -> None:

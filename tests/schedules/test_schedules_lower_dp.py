@@ -145,3 +145,21 @@ def test_zero3_stage_granularity_folds_the_gathers() -> None:
     ops = _ops(Layout(dp=2, zero=3, global_batch_size=2), granularity="stage")
     gathers = _colls(ops, "zero-param")
     assert [op.count for _, op in gathers] == [10, 10]
+
+
+def test_unoverlapped_grad_sync_comes_after_the_last_backward() -> None:
+    """overlap_grad_reduce=False issues every DDP all-reduce after the rank's last backward compute op."""
+    from simgrid.ir.ops import Collective, Compute
+    from simgrid.layout import Layout
+    from simgrid.model import get_model
+    from simgrid.schedules import build_program
+
+    model = get_model("tiny-gpt")
+    for overlap in (True, False):
+        program = build_program(model, Layout(dp=2, pp=2, global_batch_size=8, bucket_size_MB=0.01,
+                                              overlap_grad_reduce=overlap))
+        ops = program.ops(0)
+        last_bwd = max(i for i, op in enumerate(ops) if isinstance(op, Compute) and op.kind in ("B", "W"))
+        syncs = [i for i, op in enumerate(ops) if isinstance(op, Collective) and op.purpose == "dp-grad"]
+        assert len(syncs) > 1
+        assert (min(syncs) > last_bwd) is (not overlap)

@@ -11,6 +11,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -96,3 +97,27 @@ def test_megatron_layouts_follow_the_paper() -> None:
     assert (big.dp, big.vpp, big.schedule, big.num_microbatches) == (24, 2, "interleaved-1f1b", 48)
     trillion = published.megatron_layout(by_name["megatron-1t"])
     assert (trillion.dp, trillion.schedule) == (6, "1f1b")
+
+
+SMALL_ROWS = ("megatron-1.7b", "megatron-7.5b", "megatron-18.4b")
+
+
+@pytest.fixture(scope="module")
+def small_megatron_results() -> dict[str, Any]:
+    """Three quick SC'21 rows (32-256 GPUs, no pipeline) simulated once for the tests below."""
+    rows = [r for r in published.MEGATRON_SC21_TABLE1 if r.name in SMALL_ROWS]
+    return {r.name: published.simulate_megatron(r) for r in rows}
+
+
+def test_small_megatron_rows_are_in_the_right_range(small_megatron_results: dict[str, Any]) -> None:
+    """Regression guard: each quick row's predicted TFLOP/s is within 30 % of the published figure."""
+    for name, result in small_megatron_results.items():
+        assert abs(result.rel_err) < 0.30, (name, result.predicted, result.published)
+
+
+@pytest.mark.xfail(strict=True, reason="known miss: the simulator is 10-16 % faster than SC'21 on these rows "
+                   "(docs/validation.md, 'Discussion of misses'); remove this mark when they land")
+def test_small_megatron_rows_land_within_ten_percent(small_megatron_results: dict[str, Any]) -> None:
+    """Issue 7 target on three quick rows: each within 10 % of the published TFLOP/s per GPU."""
+    for name, result in small_megatron_results.items():
+        assert result.within, (name, result.predicted, result.published)

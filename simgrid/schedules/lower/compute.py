@@ -24,8 +24,9 @@ def _block_numbers(ctx: LoweringContext, kind: str, block: int) -> tuple[float, 
     if kind == "F":
         return c.fwd_flops, c.fwd_hbm_bytes, c.fwd_kernels
     if kind == "R":
-        ratio = _share(c.recompute_flops, c.fwd_flops) if c.fwd_flops > 0 else 0.0
-        return c.recompute_flops, c.fwd_hbm_bytes * ratio, max(1, round(c.fwd_kernels * ratio))
+        # BlockCost carries the recomputed kernels' own traffic: selective recompute reruns the attention
+        # core, which is almost all memory traffic on the s x s scores, not a FLOP-share of the block's.
+        return c.recompute_flops, c.recompute_hbm_bytes, max(1, c.recompute_kernels)
     bwd = c.bwd_input_flops + c.bwd_weight_flops
     if kind == "B":
         return bwd, c.bwd_hbm_bytes, c.bwd_kernels

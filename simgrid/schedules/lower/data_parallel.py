@@ -4,6 +4,7 @@
   issued right after the backward op that completes the bucket on the stage's *last* micro-batch, so it
   overlaps the rest of the backward (Li et al. VLDB 2020, section 3.2.3); earlier micro-batches only
   accumulate (DDP ``no_sync``). With pipeline parallelism each stage (model chunk) syncs its own buckets.
+  With ``overlap_grad_reduce = False`` every bucket is issued after the rank's last backward instead.
 * Parameter server (``dp_mode = "parameter-server"``): a REDUCE of each bucket to the data-parallel
   group's first rank at the same place; the update and the BROADCAST back follow the backward
   (:mod:`simgrid.schedules.lower.optimizer`).
@@ -71,6 +72,16 @@ def _bucket_collective(ctx: LoweringContext, pp_rank: int, stage: int, bucket: B
 def add_overlapped_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     """DDP all-reduce, PS reduce or ZeRO-1 reduce-scatter per bucket on the last micro-batch's backward."""
     if ctx.layout.dp == 1 or ctx.layout.zero >= 2:
+        return role
+    if not ctx.layout.overlap_grad_reduce:
+        # Megatron-LM 2021 (``--DDP-impl local``) all-reduces the whole gradient buffer after the last
+        # backward of the step (training.py, ``model.allreduce_gradients()``): nothing overlaps.
+        last = max((i for i, s in enumerate(role) if s.action is not None and s.action.kind in ("B", "W")))
+        role[last].ops = role[last].ops + [
+            _bucket_collective(ctx, pp_rank, stage, bucket)
+            for stage in ctx.stages_of(pp_rank)
+            for bucket in ctx.buckets(stage)
+        ]
         return role
     for stage in ctx.stages_of(pp_rank):
         additions: dict[int, list[Op]] = defaultdict(list)

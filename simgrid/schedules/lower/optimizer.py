@@ -25,6 +25,7 @@ import math
 
 from simgrid.ir.ops import Alloc, Collective, Compute, Free, Op, Transfer, Wait
 from simgrid.layout.mesh import Mesh
+from simgrid.layout.spec import Layout
 from simgrid.schedules.lower.context import LoweringContext, Role
 
 OPTIMIZER_FLOPS_PER_PARAM: dict[str, int] = {
@@ -39,6 +40,7 @@ OPTIMIZER_FLOPS_PER_PARAM: dict[str, int] = {
 """Floating-point operations of one optimizer update per parameter."""
 
 GRAD_SYNC_PURPOSES = ("dp-grad", "zero-grad", "ps-reduce")
+FP32_BYTES = 4
 EMBED_GROUP_PREFIX = "embed/"
 
 
@@ -111,6 +113,31 @@ def _embed_sync(ctx: LoweringContext, pp_rank: int) -> list[Op]:
                        handle=handle, label="embed-grad"), Wait(handle=handle)]
 
 
+def optimizer_traffic_bytes_per_param(layout: Layout) -> int:
+    """Memory traffic of one optimizer step per updated parameter, bytes.
+
+    Mixed precision follows Megatron-LM's ``Float16OptimizerWithFloat16Params.step`` (megatron/optimizer/
+    optimizer.py, 2021), one pass per kernel: copy the 16-bit gradient into the fp32 main gradient (read
+    d + write 4), unscale and check for inf/nan (read 4 + write 4), gradient norm for clipping (read 4),
+    the fused update (read master 4, gradient 4 and the moments; write master 4 and the moments), copy the
+    fp32 master back into the working weights (read 4 + write d): 52 bytes for Adam with d = 2.
+    Full precision: gradient norm (read 4) and the update (read weight 4, gradient 4, moments; write
+    weight 4, moments). With offload the update runs on the host from the fp32 copies there: read
+    weights, gradients and states, write weights and states.
+    """
+    from simgrid.memory.states import state_bytes_per_param
+
+    per = state_bytes_per_param(layout)
+    if layout.offload_optimizer:
+        return 2 * (per.weights + per.host) + per.grads
+    if layout.mixed_precision:
+        moments = per.optimizer - FP32_BYTES  # the optimizer bytes hold the fp32 master copy too
+        return (per.grads + FP32_BYTES) + 2 * FP32_BYTES + FP32_BYTES + (3 * FP32_BYTES + 2 * moments) + (
+            FP32_BYTES + per.weights
+        )
+    return FP32_BYTES + 3 * FP32_BYTES + 2 * per.optimizer
+
+
 def _optimizer_ops(ctx: LoweringContext, pp_rank: int) -> list[Op]:
     from simgrid.memory.states import state_bytes_per_param
 
@@ -124,9 +151,7 @@ def _optimizer_ops(ctx: LoweringContext, pp_rank: int) -> list[Op]:
     for stage in ctx.stages_of(pp_rank):
         blocks = ctx.blocks(stage)
         params = math.ceil(sum(ctx.cost(b).param_count for b in blocks) / shard)
-        # Read weights, gradients and states, write weights and states (offload: on the host).
-        state = per.host if lay.offload_optimizer else per.optimizer
-        traffic = params * (2 * (per.weights + state) + per.grads)
+        traffic = params * optimizer_traffic_bytes_per_param(lay)
         steps.append(Compute(kind="OPT", stage=-1, microbatch=-1, chunk=ctx.chunk_of(stage),
                              block_start=blocks.start, block_end=blocks.stop,
                              flops=float(params * OPTIMIZER_FLOPS_PER_PARAM[lay.optimizer]),

@@ -1,0 +1,269 @@
+"""Micro-benchmarks on this machine, written as a self-contained cluster profile with measured tables.
+
+What is measured (``simgrid-exec calibrate``):
+
+* each collective the executor issues (all-reduce, all-gather, reduce-scatter, broadcast, reduce) by
+  size over a group of ``world_size`` ranks, exactly as the executor performs it (gloo's reduce-scatter
+  is an all-reduce plus taking a shard: measured that way, never assumed to be a ring);
+* point-to-point send/recv by size (half a ping-pong round trip);
+* streaming memory bandwidth (a large ``clone``);
+* compute: the model's real ops at its shapes, timed inside short real runs of a few layouts, then fitted
+  to the engine's compute model ``time = flops / peak + hbm_bytes / bandwidth + kernels * overhead``
+  (:mod:`simgrid.costs.compute`) by least squares with non-negative coefficients.
+
+The profile starts from the shipped ``ideal`` cluster and replaces its node and "GPU" (here: one CPU rank
+with ``cores / ranks`` threads) with the fitted figures, so it is self-contained and loads anywhere.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from executor.comm import all_gather_dim0, reduce_scatter_dim0
+from executor.launch import LaunchConfig, RankContext, spawn_world
+from executor.runner import Job, run_programs
+from simgrid.hardware import (
+    DTYPES,
+    ClusterSpec,
+    CollectiveRow,
+    ComputeRow,
+    LinkSpec,
+    MatmulEfficiency,
+    MeasuredTables,
+    P2PRow,
+    load_cluster_spec,
+    write_profile,
+)
+from simgrid.ir.ops import Compute
+from simgrid.ir.text import parse_op
+from simgrid.layout.spec import Layout
+from simgrid.model.spec import ModelSpec
+from simgrid.schedules import build_program
+
+COLLECTIVE_SIZES_BYTES = (256, 2048, 8192, 32768, 131072, 524288, 2097152)
+"""Message sizes measured per collective (the tiny model's TP/DP messages fall between 128 B and 1 MB)."""
+REPEATS = 15
+"""Timed repetitions per size (median reported), after 3 warm-up runs."""
+MEASURED_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeFit:
+    """Fitted compute model of one rank."""
+
+    peak_flops: float
+    """FLOP/s of matrix work (fp32)."""
+    bandwidth_Bps: float
+    """Bytes/s of memory-bound work."""
+    overhead_s: float
+    """Seconds per kernel launch (here: per operator call, Python dispatch included)."""
+    samples: int
+    """Compute ops the fit used."""
+    mean_abs_error: float
+    """Mean absolute relative error of the fit over the samples."""
+
+
+def _time_collective(kind: str, nbytes: int, group: Any, size: int, index: int, backend: str) -> float:
+    elements = max(size, nbytes // 4 // size * size)
+    if kind == "all_reduce":
+        t = torch.ones(elements)
+        dist.all_reduce(t, group=group, async_op=True).wait()
+    elif kind == "all_gather":
+        _, work = all_gather_dim0(torch.ones(elements // size), group, size)
+        work.wait()
+    elif kind == "reduce_scatter":
+        getter, work, _ = reduce_scatter_dim0(torch.ones(elements), group, size, index, backend)
+        work.wait()
+        getter()
+    elif kind == "broadcast":
+        dist.broadcast(torch.ones(elements), src=0, group=group, async_op=True).wait()
+    else:
+        dist.reduce(torch.ones(elements), dst=0, group=group, async_op=True).wait()
+    return 0.0
+
+
+def _bench_worker(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
+    """Collectives, send/recv and memory bandwidth, timed identically on every rank (rank 0 reports)."""
+    backend = str(dist.get_backend())
+    group = dist.group.WORLD
+    size, index = ctx.world_size, ctx.rank
+    collectives: list[tuple[str, int, float]] = []
+    for kind, nbytes in itertools.product(payload["kinds"], payload["sizes"]):
+        ctx.report_op(f"calibrate {kind} {nbytes} B")
+        times = []
+        for rep in range(REPEATS + 3):
+            dist.barrier()
+            start = time.perf_counter()
+            _time_collective(kind, nbytes, group, size, index, backend)
+            if rep >= 3:
+                times.append(time.perf_counter() - start)
+        collectives.append((kind, nbytes, statistics.median(times)))
+    p2p: list[tuple[int, float]] = []
+    for nbytes in payload["sizes"]:
+        ctx.report_op(f"calibrate send/recv {nbytes} B")
+        buf = torch.ones(max(1, nbytes // 4))
+        times = []
+        for rep in range(REPEATS + 3):
+            dist.barrier()
+            start = time.perf_counter()
+            if index == 0:
+                dist.send(buf, dst=1)
+                dist.recv(buf, src=1)
+            elif index == 1:
+                dist.recv(buf, src=0)
+                dist.send(buf, dst=0)
+            if rep >= 3:
+                times.append((time.perf_counter() - start) / 2)
+        p2p.append((nbytes, statistics.median(times)))
+    big = torch.ones(16 * 2**20)
+    times = []
+    for _ in range(5):
+        start = time.perf_counter()
+        big.clone()
+        times.append(time.perf_counter() - start)
+    bandwidth = 2 * big.numel() * 4 / min(times)  # read + write
+    return {"collectives": collectives, "p2p": p2p, "memory_Bps": bandwidth}
+
+
+def measure_communication(world_size: int = 2, *, sizes: Sequence[int] = COLLECTIVE_SIZES_BYTES,
+                          config: LaunchConfig | None = None) -> dict[str, Any]:
+    """Collective, send/recv and memory-bandwidth measurements from a real ``world_size``-rank world."""
+    payload = {"kinds": MEASURED_KINDS, "sizes": tuple(sizes)}
+    results = spawn_world(_bench_worker, payload, config or LaunchConfig(world_size=world_size, run_timeout_s=600))
+    return dict(results[0])
+
+
+def compute_samples(model: ModelSpec, layouts: Sequence[Layout], *, steps: int = 3,
+                    config: LaunchConfig | None = None) -> list[tuple[Compute, float]]:
+    """(op, seconds) of every GPU-device compute op of the last step of short real runs of ``layouts``."""
+    samples: list[tuple[Compute, float]] = []
+    by_world: dict[int, list[Layout]] = {}
+    for layout in layouts:
+        by_world.setdefault(layout.world_size, []).append(layout)
+    for world, group in by_world.items():
+        jobs = [Job(program=build_program(model, lay), steps=steps, collect_weights=False) for lay in group]
+        cfg = config or LaunchConfig(world_size=world, run_timeout_s=600)
+        for result in run_programs(jobs, config=dataclasses.replace(cfg, world_size=world)):
+            for row in result.trace.rows:
+                if row.purpose != "compute":
+                    continue
+                op = parse_op(row.op.split("  #")[0])
+                if isinstance(op, Compute) and op.device == "gpu":
+                    samples.append((op, row.end_s - row.start_s))
+    return samples
+
+
+def fit_compute(samples: Sequence[tuple[Compute, float]]) -> ComputeFit:
+    """Least squares ``t = a*flops + b*hbm_bytes + c*kernels`` with a, b, c >= 0 (best non-negative subset)."""
+    if not samples:
+        raise ValueError("no compute samples to fit")
+    x = np.array([[op.flops, op.hbm_bytes, op.kernels] for op, _ in samples], dtype=float)
+    y = np.array([t for _, t in samples], dtype=float)
+    best: tuple[float, np.ndarray] | None = None
+    for mask in itertools.product((True, False), repeat=3):
+        cols = [i for i, keep in enumerate(mask) if keep]
+        if not cols:
+            continue
+        coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
+        if (coef < 0).any():
+            continue
+        full = np.zeros(3)
+        full[cols] = coef
+        residual = float(((x @ full - y) ** 2).sum())
+        if best is None or residual < best[0]:
+            best = (residual, full)
+    assert best is not None
+    a, b, c = best[1]
+    predicted = x @ best[1]
+    rel = float(np.mean(np.abs(predicted - y) / np.maximum(y, 1e-9)))
+    return ComputeFit(peak_flops=1.0 / a if a > 0 else float("inf"), bandwidth_Bps=1.0 / b if b > 0 else float("inf"),
+                      overhead_s=float(c), samples=len(samples), mean_abs_error=rel)
+
+
+def build_profile(*, name: str, world_size: int, comm: dict[str, Any], fit: ComputeFit,
+                  compute_rows: Sequence[tuple[str, float]] = ()) -> ClusterSpec:
+    """A self-contained cluster profile of this machine (one node of ``world_size`` CPU ranks)."""
+    base = load_cluster_spec("ideal")
+    cores = os.cpu_count() or 1
+    threads = max(1, cores // world_size)
+    p2p = sorted(comm["p2p"])
+    small_s = p2p[0][1]
+    (s0, t0), (s1, t1) = p2p[-2], p2p[-1]
+    p2p_bw = (s1 - s0) / max(t1 - t0, 1e-12)
+    memory_GBps = comm["memory_Bps"] / 1e9
+    tflops = fit.peak_flops / 1e12
+    gpu = dataclasses.replace(
+        base.node.gpu, name=f"{name}-rank", description=f"one CPU rank with {threads} thread(s), fp32, measured",
+        memory_GiB=float(max(1, _host_memory_GiB() // world_size)), hbm_bandwidth_GBps=fit.bandwidth_Bps / 1e9,
+        hbm_efficiency=1.0, peak_tflops={d: tflops for d in DTYPES}, matmul=MatmulEfficiency(max_efficiency=1.0),
+        kernel_overhead_us=fit.overhead_s * 1e6, comm_compute_slowdown=0.0,
+        sources={"peak_tflops": f"fitted to {fit.samples} real compute ops (mean abs error {fit.mean_abs_error:.1%})",
+                 "hbm_bandwidth_GBps": "fitted with peak_tflops", "kernel_overhead_us": "fitted with peak_tflops",
+                 "comm_compute_slowdown": "assumed 0: not measured"},
+    )
+    node = dataclasses.replace(
+        base.node, name=f"{name}-node", description=f"this machine: {cores} cores, {world_size} ranks, gloo",
+        gpu=gpu, gpus_per_node=world_size, intra_fabric="pcie", gpus_per_pcie_switch=world_size,
+        intra_link=LinkSpec(bandwidth_GBps=p2p_bw / 1e9, latency_us=small_s * 1e6, efficiency=1.0),
+        pcie_link=LinkSpec(bandwidth_GBps=memory_GBps, latency_us=0.0, efficiency=1.0),
+        host_memory_GiB=float(_host_memory_GiB()),
+        sources={"intra_link": "measured: gloo send/recv over loopback (bandwidth from the two largest sizes)",
+                 "pcie_link": "measured: memory bandwidth (host copies stand in for PCIe)"},
+    )
+    measured = MeasuredTables(
+        collectives=tuple(CollectiveRow(kind=k, group_size=world_size, bytes=b, time_us=t * 1e6)
+                          for k, b, t in comm["collectives"]),
+        p2p=tuple(P2PRow(bytes=b, time_us=t * 1e6) for b, t in comm["p2p"]),
+        compute=tuple(ComputeRow(key=k, time_us=t * 1e6) for k, t in compute_rows),
+        memory_bandwidth_GBps=memory_GBps,
+    )
+    return dataclasses.replace(base, name=name, description=f"calibrated on this machine ({world_size} ranks, gloo)",
+                               node=node, max_nodes=1, measured=measured,
+                               sources={"measured": "simgrid-exec calibrate"})
+
+
+def _host_memory_GiB() -> int:
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        return max(1, int(pages // 2**30))
+    except (ValueError, OSError, AttributeError):
+        return 16
+
+
+def calibration_layouts(world_size: int) -> list[Layout]:
+    """Layouts whose real runs supply the compute samples (every block kind, F/B/OPT, TP shapes too)."""
+    common = {"precision": "fp32", "micro_batch_size": 1}
+    layouts = [Layout(dp=world_size, global_batch_size=2 * world_size, **common)]
+    if world_size >= 2:
+        layouts += [Layout(tp=2, dp=world_size // 2, global_batch_size=world_size, **common),
+                    Layout(pp=2, dp=world_size // 2, schedule="1f1b", global_batch_size=world_size * 2, **common)]
+    return layouts
+
+
+def calibrate(model: ModelSpec, *, world_size: int = 2, out: str | Path | None = None,
+              name: str = "localhost-gloo") -> tuple[ClusterSpec, ComputeFit]:
+    """Measure this machine and return (and optionally write) its cluster profile."""
+    comm = measure_communication(world_size)
+    samples = compute_samples(model, calibration_layouts(world_size))
+    fit = fit_compute(samples)
+    medians: dict[str, list[float]] = {}
+    for op, seconds in samples:
+        key = f"{op.kind}:blocks={op.block_start}-{op.block_end}:flops={op.flops:.0f}"
+        medians.setdefault(key, []).append(seconds)
+    rows = sorted((k, statistics.median(v)) for k, v in medians.items())
+    spec = build_profile(name=name, world_size=world_size, comm=comm, fit=fit, compute_rows=rows)
+    if out is not None:
+        write_profile(spec, out)
+    return spec, fit
