@@ -29,255 +29,64 @@ or ``--rows`` selects a subset.
 from __future__ import annotations
 
 import argparse
-import datetime
 import gc
 import json
-import math
 import re
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from simgrid.ir import Compute
 from simgrid.layout import Layout
-from simgrid.layout.spec import Precision
 from simgrid.memory import model_states_for_params
 from simgrid.simulate import SimulationResult, simulate
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules below live beside this script
+from published_data import (
+    CLUSTER,
+    KORTHIKANTI_TABLE4,
+    KORTHIKANTI_TABLE5,
+    MEGATRON_SC21_TABLE1,
+    PRECISION,
+    ZERO_TABLE1,
+    KorthikantiRow,
+    MegatronRow,
+)
+from published_report import (
+    LayerTiming,
+    RowResult,
+    Validation,
+    ZeroCell,
+    matches_published,
+    mean_abs_error,
+    megatron_table,
+    print_report,
+    rel_error,
+    render_document,
+    within_target,
+)
+
+__all__ = [  # the script's API, as the tests use it (re-exports from the sibling modules included)
+    "KORTHIKANTI_TABLE5",
+    "MEGATRON_SC21_TABLE1",
+    "RowResult",
+    "main",
+    "matches_published",
+    "mean_abs_error",
+    "megatron_layout",
+    "megatron_table",
+    "select",
+    "simulate_korthikanti",
+    "simulate_megatron",
+    "validate",
+    "within_target",
+    "zero_cells",
+]
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VALIDATION_DOC = REPO_ROOT / "docs" / "validation.md"
-CLUSTER = "dgx-a100-hdr"
-"""The one profile every row runs on: DGX A100 80GB nodes, 8x HDR 200 Gb/s, rail-optimised fat tree."""
-PRECISION: Precision = "fp16"
-"""SC'21 and Korthikanti trained in mixed precision (``--fp16`` in Megatron-LM's sc21 scripts); the peak
-is the same 312 TFLOP/s as bf16."""
-ROW_TOLERANCE = 0.10
-"""Issue 7: every Megatron and Korthikanti row within 10 %."""
-MEGATRON_MAE_TARGET = 0.05
-"""Issue 7: mean absolute relative error of Megatron Table 1 at most 5 %."""
-
-
-# -- published data (copied from shared/reference; sources in each docstring) ------------------------------
-@dataclass(frozen=True, kw_only=True)
-class MegatronRow:
-    """One row of Narayanan et al. SC'21 Table 1 (A100-80GB, s = 2048, V = 51200)."""
-
-    params_b: float
-    """Published model size, billions of parameters (names the preset ``megatron-<params>``)."""
-    tp: int
-    """Tensor-parallel size."""
-    pp: int
-    """Pipeline-parallel size."""
-    gpus: int
-    """GPUs in the run."""
-    global_batch: int
-    """Sequences per iteration."""
-    microbatch: int
-    """Sequences per micro-batch (Megatron-LM examples/academic_paper_scripts/sc21/run_table_1.sh)."""
-    vpp: int
-    """Model chunks per pipeline rank (interleaved schedule when > 1)."""
-    tflops_per_gpu: float
-    """Published achieved TFLOP/s per GPU (eq. 3, recompute counted)."""
-
-    @property
-    def name(self) -> str:
-        """Row id and preset name: ``megatron-1.7b`` ... ``megatron-1t``."""
-        return "megatron-1t" if self.params_b >= 1000 else f"megatron-{self.params_b:g}b"
-
-
-#: shared/reference/megatron_sc21_table1.csv (Narayanan et al. SC'21 Table 1; micro-batch and vpp from
-#: run_table_1.sh).
-MEGATRON_SC21_TABLE1: tuple[MegatronRow, ...] = tuple(
-    MegatronRow(params_b=p, tp=t, pp=q, gpus=g, global_batch=b, microbatch=m, vpp=v, tflops_per_gpu=f)
-    for p, t, q, g, b, f, m, v in (
-        (1.7, 1, 1, 32, 512, 137, 16, 1),
-        (3.6, 2, 1, 64, 512, 138, 16, 1),
-        (7.5, 4, 1, 128, 512, 142, 16, 1),
-        (18.4, 8, 1, 256, 1024, 135, 8, 1),
-        (39.1, 8, 2, 512, 1536, 138, 4, 1),
-        (76.1, 8, 4, 1024, 1792, 140, 2, 3),
-        (145.6, 8, 8, 1536, 2304, 148, 2, 2),
-        (310.1, 8, 16, 1920, 2160, 155, 1, 2),
-        (529.6, 8, 35, 2520, 2520, 163, 1, 3),
-        (1008.0, 8, 64, 3072, 3072, 163, 1, 1),
-    )
-)
-
-
-@dataclass(frozen=True, kw_only=True)
-class KorthikantiRow:
-    """One model of Korthikanti et al. 2022 Tables 3 and 5 (A100-80GB, s = 2048, no data parallelism)."""
-
-    name: str
-    """Row id and model preset (``korthikanti-22b`` ...)."""
-    tp: int
-    """Tensor-parallel size."""
-    pp: int
-    """Pipeline-parallel size."""
-    global_batch: int
-    """Sequences per iteration."""
-    microbatch: int
-    """Sequences per micro-batch (1, or 4 for 22B)."""
-    vpp: int
-    """Interleaving factor as reported (1 = plain 1F1B)."""
-    vpp_unverified: bool
-    """The reference marks the interleaving factor unverified: it must not decide a pass or a fail."""
-    iter_s_full: float
-    """Published iteration time with full recompute, seconds."""
-    iter_s_selective_sp: float
-    """Published iteration time with sequence parallelism + selective recompute, seconds."""
-    mfu: float
-    """Published model FLOPs utilisation (sequence parallel + selective)."""
-    hfu: float
-    """Published hardware FLOPs utilisation (sequence parallel + selective)."""
-
-
-#: shared/reference/korthikanti_2022.md, Tables 3 and 5.
-KORTHIKANTI_TABLE5: tuple[KorthikantiRow, ...] = (
-    KorthikantiRow(name="korthikanti-22b", tp=8, pp=1, global_batch=4, microbatch=4, vpp=1, vpp_unverified=False,
-                   iter_s_full=1.42, iter_s_selective_sp=1.10, mfu=0.415, hfu=0.437),
-    KorthikantiRow(name="korthikanti-175b", tp=8, pp=8, global_batch=64, microbatch=1, vpp=3, vpp_unverified=True,
-                   iter_s_full=18.13, iter_s_selective_sp=13.75, mfu=0.514, hfu=0.528),
-    KorthikantiRow(name="korthikanti-530b", tp=8, pp=35, global_batch=280, microbatch=1, vpp=3,
-                   vpp_unverified=True, iter_s_full=49.05, iter_s_selective_sp=37.83, mfu=0.560, hfu=0.570),
-    KorthikantiRow(name="korthikanti-1t", tp=8, pp=64, global_batch=512, microbatch=1, vpp=1, vpp_unverified=False,
-                   iter_s_full=94.42, iter_s_selective_sp=71.49, mfu=0.563, hfu=0.570),
-)
-
-#: Korthikanti et al. 2022 Table 4: one layer of the 22B model (tp 8, micro-batch 4), ms forward / backward.
-KORTHIKANTI_TABLE4: tuple[tuple[str, str, bool, float, float], ...] = (
-    ("baseline", "none", False, 7.7, 11.9),
-    ("sequence parallel", "none", True, 7.2, 11.8),
-    ("full recompute", "full", False, 7.7, 19.5),
-    ("selective recompute", "selective", False, 7.7, 13.2),
-    ("selective + sequence parallel", "selective", True, 7.2, 13.1),
-)
-
-#: shared/reference/zero_table1.csv (Rajbhandari et al., ZeRO, Table 1): (params, dp, stage 1/2/3 GB) as
-#: printed, strings so that the printed precision is known.
-ZERO_TABLE1: tuple[tuple[float, int, tuple[str, str, str]], ...] = (
-    (7.5e9, 1, ("120", "120", "120")),
-    (7.5e9, 4, ("52.5", "41.3", "30")),
-    (7.5e9, 16, ("35.6", "21.6", "7.5")),
-    (7.5e9, 64, ("31.4", "16.6", "1.88")),
-    (7.5e9, 256, ("30.4", "15.4", "0.47")),
-    (7.5e9, 1024, ("30.1", "15.1", "0.12")),
-    (128e9, 1, ("2048", "2048", "2048")),
-    (128e9, 4, ("896", "704", "512")),
-    (128e9, 16, ("608", "368", "128")),
-    (128e9, 64, ("536", "284", "32")),
-    (128e9, 256, ("518", "263", "8")),
-    (128e9, 1024, ("513", "257", "2")),
-    (1e12, 1, ("16000", "16000", "16000")),
-    (1e12, 4, ("7000", "5500", "4000")),
-    (1e12, 16, ("4750", "2875", "1000")),
-    (1e12, 64, ("4187", "2218", "250")),
-    (1e12, 256, ("4046", "2054", "62.5")),
-    (1e12, 1024, ("4011", "2013", "15.6")),
-)
-
-
-# -- results -----------------------------------------------------------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class RowResult:
-    """One simulated row: the published figure, the prediction and the verdict."""
-
-    table: str
-    """``megatron`` or ``korthikanti-full`` / ``korthikanti-selective-sp``."""
-    row: str
-    """Row id (model preset name)."""
-    config: str
-    """Short layout description."""
-    published: float
-    """Published value (TFLOP/s per GPU or iteration seconds)."""
-    predicted: float
-    """Simulated value in the same unit."""
-    within: bool | None
-    """Inside the row target; ``None`` when the verdict depends on an unverified input."""
-    metrics: dict[str, Any] = field(default_factory=dict)
-    """The simulation's JSON metrics (step time, MFU, bubble, exposed communication ...)."""
-    note: str = ""
-    """Why the verdict is undecided, or the alternative configuration's prediction."""
-    wall_s: float = 0.0
-    """Wall seconds the simulation took."""
-
-    @property
-    def rel_err(self) -> float:
-        """(predicted - published) / published."""
-        return (self.predicted - self.published) / self.published
-
-
-@dataclass(frozen=True, kw_only=True)
-class LayerTiming:
-    """Korthikanti Table 4: one 22B layer, published vs predicted forward and backward milliseconds."""
-
-    config: str
-    """Table 4 configuration name."""
-    published_fwd_ms: float
-    """Published forward time of one layer."""
-    published_bwd_ms: float
-    """Published backward time (recompute included) of one layer."""
-    predicted_fwd_ms: float
-    """Simulated forward time of one layer (tensor-parallel communication included)."""
-    predicted_bwd_ms: float
-    """Simulated backward time of one layer (recompute and communication included)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class ZeroCell:
-    """One cell of ZeRO Table 1: model-state GB per device."""
-
-    params: float
-    """Model parameters."""
-    dp: int
-    """Data-parallel degree N_d."""
-    stage: int
-    """ZeRO stage 1-3."""
-    published: str
-    """The cell as printed."""
-    predicted_gb: float
-    """GB (1e9 bytes) from :func:`simgrid.memory.model_states_for_params`."""
-    match: str | None
-    """``rounded`` or ``truncated`` when the prediction reproduces the printed cell, else ``None``."""
-
-
-def rel_error(predicted: float, published: float) -> float:
-    """Signed relative error of a prediction."""
-    return (predicted - published) / published
-
-
-def within_target(predicted: float, published: float, tolerance: float = ROW_TOLERANCE) -> bool:
-    """``|predicted - published| <= tolerance * published``."""
-    return abs(rel_error(predicted, published)) <= tolerance
-
-
-def mean_abs_error(results: Iterable[RowResult]) -> float:
-    """Mean absolute relative error of the rows (nan when empty)."""
-    errors = [abs(r.rel_err) for r in results]
-    return sum(errors) / len(errors) if errors else math.nan
-
-
-def matches_published(value: float, printed: str) -> str | None:
-    """``rounded`` / ``truncated`` when ``value`` shown at the printed precision gives ``printed``.
-
-    ZeRO Table 1 rounds some cells (7.5B at N_d = 4: 41.25 -> 41.3) and truncates others (1T at
-    N_d = 64: 4187.5 -> 4187, 2218.75 -> 2218), so both readings of the printed digits are accepted;
-    anything else (a different formula) is a miss.
-    """
-    decimals = len(printed.split(".")[1]) if "." in printed else 0
-    target = float(printed)
-    unit = 10.0**-decimals
-    # A tiny slack absorbs binary floating point (30.1 * 10 is 300.99999...) and the byte ceil of a shard.
-    # Half up, as printed tables do (Python's round() would turn 41.25 into 41.2).
-    if abs(math.floor(value / unit + 0.5) * unit - target) < unit / 1000:
-        return "rounded"
-    if abs(math.floor(value / unit + 1e-9) * unit - target) < unit / 1000:
-        return "truncated"
-    return None
 
 
 # -- ZeRO Table 1 ------------------------------------------------------------------------------------------
@@ -302,11 +111,16 @@ def pipeline_schedule(pp: int, vpp: int) -> str:
 
 
 def megatron_layout(row: MegatronRow) -> Layout:
-    """SC'21 Table 1 layout: full recompute, dp = GPUs / (tp * pp), the row's micro-batch and vpp."""
+    """SC'21 Table 1 layout: full recompute, dp = GPUs / (tp * pp), the row's micro-batch and vpp.
+
+    The gradient all-reduce runs after the last backward, not overlapped with it: the SC'21 code
+    (Megatron-LM 2021, ``--DDP-impl local``, the default) calls ``allreduce_gradients()`` in
+    ``train_step`` once ``forward_backward_func`` has returned.
+    """
     return Layout(dp=row.gpus // (row.tp * row.pp), tp=row.tp, pp=row.pp, vpp=row.vpp,
                   micro_batch_size=row.microbatch, global_batch_size=row.global_batch,
                   schedule=pipeline_schedule(row.pp, row.vpp), recompute="full",  # type: ignore[arg-type]
-                  precision=PRECISION)
+                  precision=PRECISION, overlap_grad_reduce=False)
 
 
 def describe(layout: Layout) -> str:
@@ -316,6 +130,8 @@ def describe(layout: Layout) -> str:
         parts.append(f"v{layout.vpp}")
     parts += [f"dp{layout.dp}", f"mb{layout.micro_batch_size}", f"gbs{layout.gbs}", str(layout.schedule),
               f"{layout.recompute}{' +sp' if layout.sequence_parallel else ''}"]
+    if layout.dp > 1 and not layout.overlap_grad_reduce:
+        parts.append("dp-sync-after-backward")
     return " ".join(parts)
 
 
@@ -424,131 +240,6 @@ def _phase_window(rows: Sequence[Any], kinds: tuple[str, ...], last_block: int) 
     return end - start
 
 
-# -- tables ------------------------------------------------------------------------------------------------
-def _verdict(within: bool | None) -> str:
-    return "undecided" if within is None else ("within" if within else "OUTSIDE")
-
-
-def _markdown(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
-    return "\n".join(lines)
-
-
-def megatron_table(results: Sequence[RowResult]) -> str:
-    """Markdown table of SC'21 Table 1: published vs predicted TFLOP/s per GPU."""
-    body = [
-        (r.row, r.config, f"{r.published:.0f}", f"{r.predicted:.1f}", f"{r.rel_err:+.1%}",
-         f"{r.metrics.get('mfu', 0):.1%}", f"{r.metrics.get('bubble_fraction', 0):.1%}",
-         _exposed(r.metrics), _verdict(r.within))
-        for r in results
-    ]
-    header = ("model", "layout", "published TFLOP/s", "predicted hw TFLOP/s", "error", "predicted MFU",
-              "bubble", "exposed comm tp/pp/dp (s)", "target 10%")
-    return _markdown(header, body)
-
-
-def korthikanti_table(results: Sequence[RowResult]) -> str:
-    """Markdown table of Korthikanti Table 5: published vs predicted iteration seconds."""
-    body = [
-        (r.row, r.config, f"{r.published:.2f}", f"{r.predicted:.2f}", f"{r.rel_err:+.1%}",
-         f"{r.metrics.get('bubble_fraction', 0):.1%}", _exposed(r.metrics), _verdict(r.within), r.note)
-        for r in results
-    ]
-    header = ("model", "layout", "published s", "predicted s", "error", "bubble", "exposed comm tp/pp/dp (s)",
-              "target 10%", "note")
-    return _markdown(header, body)
-
-
-def utilisation_table(results: Sequence[RowResult]) -> str:
-    """Korthikanti Table 5 MFU/HFU (sequence parallel + selective rows) against the prediction."""
-    by_name = {row.name: row for row in KORTHIKANTI_TABLE5}
-    body = []
-    for r in results:
-        pub = by_name[r.row]
-        body.append((r.row, f"{pub.mfu:.1%}", f"{r.metrics.get('mfu', 0):.1%}", f"{pub.hfu:.1%}",
-                     f"{r.metrics.get('hfu', 0):.1%}"))
-    return _markdown(("model", "published MFU", "predicted MFU", "published HFU", "predicted HFU"), body)
-
-
-def layer_table(timings: Sequence[LayerTiming]) -> str:
-    """Markdown table of Korthikanti Table 4 (22B layer) published vs predicted."""
-    body = [
-        (t.config, f"{t.published_fwd_ms:.1f}", f"{t.predicted_fwd_ms:.1f}",
-         f"{rel_error(t.predicted_fwd_ms, t.published_fwd_ms):+.1%}", f"{t.published_bwd_ms:.1f}",
-         f"{t.predicted_bwd_ms:.1f}", f"{rel_error(t.predicted_bwd_ms, t.published_bwd_ms):+.1%}")
-        for t in timings
-    ]
-    header = ("configuration", "published fwd ms", "predicted fwd ms", "error", "published bwd ms",
-              "predicted bwd ms", "error")
-    return _markdown(header, body)
-
-
-def zero_table(cells: Sequence[ZeroCell]) -> str:
-    """Markdown table of ZeRO Table 1: printed cell vs computed GB and how they match."""
-    body = [
-        (f"{c.params:.3g}", str(c.dp), str(c.stage), c.published, f"{c.predicted_gb:.4g}", c.match or "MISMATCH")
-        for c in cells
-    ]
-    return _markdown(("params", "N_d", "stage", "published GB", "computed GB", "match"), body)
-
-
-def _exposed(metrics: dict[str, Any]) -> str:
-    exposed = metrics.get("exposed_comm_s", {})
-    return "/".join(f"{exposed.get(k, 0.0):.2f}" for k in ("tp", "pp", "dp"))
-
-
-# -- the whole validation ----------------------------------------------------------------------------------
-@dataclass(kw_only=True)
-class Validation:
-    """Everything one run of the script computed (a table is empty when not selected)."""
-
-    megatron: list[RowResult] = field(default_factory=list)
-    """SC'21 Table 1 rows."""
-    korthikanti: list[RowResult] = field(default_factory=list)
-    """Table 5 rows, both settings."""
-    layers: list[LayerTiming] = field(default_factory=list)
-    """Table 4 per-layer timings (not tuned on)."""
-    zero: list[ZeroCell] = field(default_factory=list)
-    """ZeRO Table 1 cells."""
-
-    def summary(self) -> dict[str, Any]:
-        """Per-table counts, mean absolute errors and whether each issue target is met."""
-        out: dict[str, Any] = {}
-        if self.megatron:
-            mae = mean_abs_error(self.megatron)
-            inside = sum(bool(r.within) for r in self.megatron)
-            out["megatron"] = {"rows": len(self.megatron), "within_10pct": inside, "mae": mae,
-                               "target_met": inside == len(self.megatron) and mae <= MEGATRON_MAE_TARGET}
-        if self.korthikanti:
-            decided = [r for r in self.korthikanti if r.within is not None]
-            inside = sum(bool(r.within) for r in decided)
-            out["korthikanti"] = {"rows": len(self.korthikanti), "within_10pct": inside,
-                                  "undecided": len(self.korthikanti) - len(decided),
-                                  "mae": mean_abs_error(self.korthikanti), "target_met": inside == len(decided)}
-        if self.layers:
-            errs = [abs(rel_error(t.predicted_fwd_ms, t.published_fwd_ms)) for t in self.layers]
-            errs += [abs(rel_error(t.predicted_bwd_ms, t.published_bwd_ms)) for t in self.layers]
-            out["korthikanti_table4"] = {"cells": len(errs), "mae": sum(errs) / len(errs)}
-        if self.zero:
-            exact = sum(c.match is not None for c in self.zero)
-            out["zero"] = {"cells": len(self.zero), "exact": exact, "target_met": exact == len(self.zero)}
-        return out
-
-    def to_json_dict(self) -> dict[str, Any]:
-        """Everything as JSON-ready data."""
-        def row(r: RowResult) -> dict[str, Any]:
-            return {**asdict(r), "rel_err": r.rel_err}
-
-        return {
-            "summary": self.summary(),
-            "megatron": [row(r) for r in self.megatron],
-            "korthikanti": [row(r) for r in self.korthikanti],
-            "korthikanti_table4": [asdict(t) for t in self.layers],
-            "zero": [asdict(c) for c in self.zero],
-        }
-
-
 TABLES = ("megatron", "korthikanti", "table4", "zero")
 
 
@@ -593,203 +284,6 @@ def validate(tables: set[str], rows: set[str], progress: Callable[[str], None]) 
         out.zero = zero_cells()
         progress("ZeRO Table 1 done")
     return out
-
-
-def print_report(v: Validation, stream: Any = sys.stdout) -> None:
-    """The tables and per-table summary on ``stream``."""
-    summary = v.summary()
-    if v.megatron:
-        s = summary["megatron"]
-        print("Megatron SC'21 Table 1 (TFLOP/s per GPU, recompute counted)\n" + megatron_table(v.megatron), file=stream)
-        print(f"within 10%: {s['within_10pct']}/{s['rows']}, MAE {s['mae']:.1%} (target <= 5%): "
-              f"{'MET' if s['target_met'] else 'NOT MET'}\n", file=stream)
-    if v.korthikanti:
-        s = summary["korthikanti"]
-        print("Korthikanti 2022 Table 5 (iteration time)\n" + korthikanti_table(v.korthikanti), file=stream)
-        print(f"within 10%: {s['within_10pct']}/{s['rows'] - s['undecided']} decided "
-              f"({s['undecided']} undecided), MAE {s['mae']:.1%}: {'MET' if s['target_met'] else 'NOT MET'}\n",
-              file=stream)
-        selective = [r for r in v.korthikanti if r.table == "korthikanti-selective-sp"]
-        if selective:
-            print("Korthikanti 2022 Table 5 MFU / HFU (not tuned on)\n" + utilisation_table(selective) + "\n",
-                  file=stream)
-    if v.layers:
-        print("Korthikanti 2022 Table 4, one 22B layer (not tuned on)\n" + layer_table(v.layers), file=stream)
-        print(f"MAE over forward and backward cells: {summary['korthikanti_table4']['mae']:.1%}\n", file=stream)
-    if v.zero:
-        s = summary["zero"]
-        print("ZeRO Table 1 (model-state GB per device)\n" + zero_table(v.zero), file=stream)
-        print(f"exact to the printed rounding: {s['exact']}/{s['cells']}\n", file=stream)
-
-
-# -- docs/validation.md ------------------------------------------------------------------------------------
-KNOWN_LIMITATIONS = """\
-- Compute cost is a roofline per sub-block with one matrix-multiply efficiency taken from the block's
-  largest GEMM (A100 ceiling 268 TFLOP/s, hardware.md, scaled by an H800 shape curve); fused-kernel
-  behaviour (masked softmax, dropout, layer norm) is approximated by bytes moved at the profile's HBM
-  efficiency. Neither was fitted to these tables.
-- The 175B/530B interleaving factor of Korthikanti Table 5 is unverified; those rows are simulated with
-  both factors and a verdict that depends on it is reported as undecided.
-- No calibration run on real A100 hardware stands behind these numbers: every constant of the A100
-  profile cites a public datasheet or measurement (see its [sources] table)."""
-
-
-def cost_model_checks() -> list[str]:
-    """What the cost model charges today for the physics the misses point at, probed at run time.
-
-    Each line states a check on the current code (so this section stays true when the model changes):
-    the attention core's score-matrix GEMM operand traffic, the selective-recompute op's memory traffic,
-    the optimizer step's bytes per parameter, and whether gradient all-reduces can be kept out of the
-    backward as Megatron-LM 2021 did.
-    """
-    import dataclasses
-
-    from simgrid.model import block_cost, block_kernels, get_model, local_q_heads
-    from simgrid.schedules import build_program
-
-    model = get_model("korthikanti-22b")
-    layout = Layout(tp=8, micro_batch_size=4, global_batch_size=4, precision=PRECISION)
-    d = layout.param_bytes
-    scores = local_q_heads(model, layout.tp) * layout.micro_batch_size * model.seq_length**2 * d
-    charged = block_kernels(model, layout, 1).core_fwd_hbm_bytes / scores
-    state = "charged" if charged > 5.5 else "NOT charged"
-    lines = [f"- Attention core forward memory traffic is {charged:.1f} S (S = the s x s score matrix of a micro-batch "
-             "on one tensor-parallel rank): softmax 2S + dropout 2.5S = 4.5S, plus 2S when the core's batched "
-             "GEMMs (inner dimension = head size, below the A100 ridge point of 153 FLOP/byte) are charged for "
-             f"their s x s operand (and 4S in the backward): {state}."]
-    selective = dataclasses.replace(layout, recompute="selective")
-    program = build_program(model, selective, granularity="block")
-    recompute_ops = [op for op in program.ranks[0] if isinstance(op, Compute) and op.kind == "R"]
-    if recompute_ops:
-        op = recompute_ops[0]
-        expected = block_cost(model, selective, op.block_start).recompute_hbm_bytes
-        lines.append(f"- Selective recompute op traffic: {op.hbm_bytes / 1e6:.0f} MB per attention block; the "
-                     f"attention core's own forward traffic is {expected / 1e6:.0f} MB.")
-    opt_ops = [op for op in program.ranks[0] if isinstance(op, Compute) and op.kind == "OPT"]
-    if opt_ops:
-        params = sum(block_cost(model, layout, b).param_count for b in range(2 * model.num_layers + 2))
-        per_param = sum(op.hbm_bytes for op in opt_ops) / params
-        lines.append(f"- Optimizer step: {per_param:.0f} bytes of HBM traffic per parameter (Megatron-LM's "
-                     "fp16 optimizer of 2021 moves about 52: grad copy, unscale, norm, Adam, param copy).")
-    overlap_fields = [f.name for f in dataclasses.fields(Layout) if "overlap" in f.name]
-    lines.append("- Data-parallel gradient all-reduce: " + (
-        f"the layout has {', '.join(overlap_fields)}." if overlap_fields else
-        "always overlapped with the backward where buckets allow; Megatron-LM 2021 (the SC'21 runs) "
-        "all-reduced after the last backward."))
-    return lines
-
-
-def _git_commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                             text=True, timeout=10, check=False)
-    except OSError:
-        return "unknown (git not available)"
-    commit = out.stdout.strip()
-    return commit if out.returncode == 0 and commit else "none (uncommitted work tree)"
-
-
-def discussion(v: Validation) -> list[str]:
-    """Sentences about every miss, written from the numbers (direction, size, where the time went)."""
-    lines = []
-    for r in [*v.megatron, *v.korthikanti]:
-        if r.within:
-            continue
-        step = r.metrics.get("step_time_s", 0.0) or 1.0
-        exposed = r.metrics.get("exposed_comm_s", {})
-        comm = ", ".join(f"{k} {exposed.get(k, 0.0) / step:.1%}" for k in ("tp", "pp", "dp"))
-        if r.table == "megatron":
-            direction = "faster than measured" if r.rel_err > 0 else "slower than measured"
-        else:
-            direction = "faster than measured" if r.rel_err < 0 else "slower than measured"
-        verdict = "undecided" if r.within is None else "outside the 10 % target"
-        lines.append(
-            f"- {r.row} ({r.table}, {r.config}): {verdict}, error {r.rel_err:+.1%}, i.e. the simulator is "
-            f"{direction}. Bubble {r.metrics.get('bubble_fraction', 0.0):.1%} of the pipeline window; exposed "
-            f"communication as a share of the step: {comm}.{(' ' + r.note) if r.note else ''}"
-        )
-    for c in v.zero:
-        if c.match is None:
-            lines.append(f"- ZeRO {c.params:.3g} params, N_d = {c.dp}, stage {c.stage}: computed "
-                         f"{c.predicted_gb:.4g} GB, printed {c.published}.")
-    if v.megatron:
-        errors = [r.rel_err for r in v.megatron]
-        bias = sum(errors) / len(errors)
-        lines.append(f"- Megatron Table 1 mean signed error {bias:+.1%} (positive = predicted faster); "
-                     f"range {min(errors):+.1%} .. {max(errors):+.1%}.")
-    return lines or ["- Every row is within its target."]
-
-
-def render_document(v: Validation, *, wall_s: float) -> str:
-    """The whole of docs/validation.md."""
-    summary = v.summary()
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    parts = [
-        "# Validation against published results",
-        "",
-        "<!-- Generated by benchmarks/published.py; do not edit by hand. -->",
-        "",
-        f"Generated {now} at commit {_git_commit()} in {wall_s:.0f} s. Regenerate from the repository root:",
-        "",
-        "```",
-        "python benchmarks/published.py            # all tables, rewrites this file",
-        "python benchmarks/published.py --rows megatron-1.7b,zero --skip-write   # a quick subset",
-        "python benchmarks/published.py --json     # machine-readable",
-        "```",
-        "",
-        f"Every simulated row uses the one cluster profile `{CLUSTER}` (GPU `a100-80gb-sxm`, node `dgx-a100`);",
-        "no row or model has a factor of its own. Sources of the published numbers: Narayanan et al. SC'21",
-        "Table 1, Korthikanti et al. 2022 Tables 4 and 5, Rajbhandari et al. (ZeRO) Table 1.",
-        "",
-        "## Summary",
-        "",
-    ]
-    if "megatron" in summary:
-        s = summary["megatron"]
-        parts.append(f"- Megatron SC'21 Table 1: {s['within_10pct']}/{s['rows']} rows within 10 %, mean absolute "
-                     f"error {s['mae']:.1%} (targets: every row within 10 %, MAE <= 5 %): "
-                     f"**{'met' if s['target_met'] else 'not met'}**.")
-    if "korthikanti" in summary:
-        s = summary["korthikanti"]
-        parts.append(f"- Korthikanti 2022 Table 5: {s['within_10pct']}/{s['rows'] - s['undecided']} decided rows "
-                     f"within 10 % ({s['undecided']} undecided), mean absolute error {s['mae']:.1%}: "
-                     f"**{'met' if s['target_met'] else 'not met'}**.")
-    if "korthikanti_table4" in summary:
-        parts.append(f"- Not tuned on: Korthikanti Table 4 per-layer timings, mean absolute error "
-                     f"{summary['korthikanti_table4']['mae']:.1%} over {summary['korthikanti_table4']['cells']} "
-                     "cells; MFU/HFU columns below.")
-    if "zero" in summary:
-        s = summary["zero"]
-        parts.append(f"- ZeRO Table 1: {s['exact']}/{s['cells']} cells exact to the printed rounding: "
-                     f"**{'met' if s['target_met'] else 'not met'}**.")
-    sections = [
-        ("Megatron SC'21 Table 1", "Interleaved 1F1B with the row's virtual stages (1F1B when vpp = 1), full "
-         "recompute, dp = GPUs/(tp*pp). The paper's TFLOP/s count the recompute (its eq. 3), so the "
-         "prediction shown is the executed (hardware) TFLOP/s per GPU.", megatron_table(v.megatron)
-         if v.megatron else ""),
-        ("Korthikanti 2022 Table 5", "No data parallelism; micro-batch 1 (22B: 4); full recompute, or "
-         "sequence parallelism + selective recompute. 175B and 530B interleave with the reported (unverified) "
-         "factor 3 and are also simulated with plain 1F1B.", korthikanti_table(v.korthikanti)
-         if v.korthikanti else ""),
-        ("Not tuned on: Korthikanti Table 5 MFU / HFU", "Sequence parallel + selective recompute rows. The "
-         "simulator's MFU counts 6N + attention FLOPs, its HFU the executed FLOPs.",
-         utilisation_table([r for r in v.korthikanti if r.table == "korthikanti-selective-sp"])
-         if v.korthikanti else ""),
-        ("Not tuned on: Korthikanti Table 4, one 22B layer", "tp 8, micro-batch 4, one micro-batch on one "
-         "pipeline-free rank; forward = the layers' forward window (tensor-parallel all-reduces included) "
-         "per layer, backward likewise (recompute included).", layer_table(v.layers) if v.layers else ""),
-        ("ZeRO Table 1", "Model states per device with mixed-precision Adam (2P + 2P + 12P bytes), from "
-         "`simgrid.memory.model_states_for_params`. The paper rounds some cells and truncates others; "
-         "a cell matches when the computed value rounded or truncated to the printed digits equals it.",
-         zero_table(v.zero) if v.zero else ""),
-    ]
-    for title, text, table in sections:
-        if table:
-            parts += ["", f"## {title}", "", text, "", table]
-    parts += ["", "## Discussion of misses (written from the numbers above)", "", *discussion(v),
-              "", "## Physics behind the misses (probed from the current code)", "", *cost_model_checks(),
-              "", "## Known limitations", "", KNOWN_LIMITATIONS, ""]
-    return "\n".join(parts)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

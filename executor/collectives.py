@@ -259,11 +259,11 @@ def _bucket(interp: RankInterpreter, op: Collective, stage: int, index: int, gro
     book = interp.book
     size = len(members)
     if op.purpose == "zero-param":
-        shard = book.buckets.get((stage, index))
-        if shard is None:
+        found = book.buckets.get((stage, index))
+        if found is None:
             raise ProgramError(f"zero-param gather of s{stage}:bucket{index} before its gradients were reduced")
-        full, work = all_gather_dim0(shard.master, group, size)
-        return Pending(handle=op.handle, works=[work], on_complete=lambda: book.write_gathered(shard, full))
+        full, work = all_gather_dim0(found.master, group, size)
+        return Pending(handle=op.handle, works=[work], on_complete=lambda: book.write_gathered(found, full))
     if op.purpose == "ps-broadcast":
         params = [p for _, p in block_parameters(interp.modules, _stage_bucket_blocks(interp, stage, index))]
         flat = flatten([p.detach() for p in params])
@@ -334,9 +334,9 @@ def interp_tied_twin(interp: RankInterpreter) -> nn.Parameter | None:
     if not interp.spec.tied_embeddings or (0 in interp.modules and interp.head in interp.modules):
         return None
     if 0 in interp.modules:
-        return interp.modules[0].wte  # type: ignore[return-value]
+        return interp.modules[0].wte
     if interp.head in interp.modules:
-        return interp.modules[interp.head].head_weight  # type: ignore[return-value]
+        return interp.modules[interp.head].head_weight
     return None
 
 

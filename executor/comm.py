@@ -19,6 +19,15 @@ import torch.distributed as dist
 
 from simgrid.errors import ProgramError
 
+# torch >= 2.10 renamed the tensor forms (the old names warn); older versions only have the old names.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def all_gather_single(output: torch.Tensor, input_: torch.Tensor, group: Any = None) -> None:
+    """Synchronous all-gather of ``input_`` into ``output`` (concatenated along dimension 0)."""
+    _all_gather_single(output, input_, group=group)
+
 
 @dataclass
 class Pending:
@@ -70,7 +79,7 @@ def all_reduce(tensor: torch.Tensor, group: Any, *, op: Any = None) -> Any:
 def all_gather_dim0(shard: torch.Tensor, group: Any, size: int) -> tuple[torch.Tensor, Any]:
     """Asynchronous all-gather concatenating shards along dimension 0; returns (output, work)."""
     out = torch.empty((shard.shape[0] * size, *shard.shape[1:]), dtype=shard.dtype, device=shard.device)
-    work = dist.all_gather_into_tensor(out, shard.contiguous(), group=group, async_op=True)
+    work = _all_gather_single(out, shard.contiguous(), group=group, async_op=True)
     return out, work
 
 
@@ -85,7 +94,7 @@ def reduce_scatter_dim0(full: torch.Tensor, group: Any, size: int, index: int, b
     step = full.shape[0] // size
     if backend == "nccl":
         out = torch.empty((step, *full.shape[1:]), dtype=full.dtype, device=full.device)
-        work = dist.reduce_scatter_tensor(out, full.contiguous(), group=group, async_op=True)
+        work = _reduce_scatter_single(out, full.contiguous(), group=group, async_op=True)
         return (lambda: out), work, ""
     buf = full.contiguous().clone()
     work = dist.all_reduce(buf, group=group, async_op=True)

@@ -87,7 +87,7 @@ def used_parameters(module: BlockModule) -> list[tuple[str, nn.Parameter]]:
     """Every parameter a block's compute reads, including a tied weight owned by another block."""
     out = owned_parameters(module)
     if getattr(module, "shared_weight", False):
-        out.append(("embed.wte", module.head_weight))  # type: ignore[arg-type]
+        out.append(("embed.wte", module.head_weight))
     return out
 
 

@@ -78,6 +78,7 @@ class RankInterpreter:
         self.backend = backend
         self.rank = ctx.rank
         self.ops: tuple[Op, ...] = program.ranks[ctx.rank]
+        self.texts = [format_op(op) for op in self.ops]
         self.mesh = Mesh(self.layout)
         self.coord = self.mesh.coords(ctx.rank)
         self.tp = TPContext(size=self.layout.tp, rank=self.coord.tp, sequence_parallel=self.layout.sequence_parallel)
@@ -89,6 +90,8 @@ class RankInterpreter:
                 self.stage_of[b] = s
         self.modules: dict[int, BlockModule] = build_blocks(
             self.spec, sorted(self.stage_of), init_weights(self.spec, seed), self.tp)
+        for module in self.modules.values():
+            module.to(ctx.device)
         self.book = GradBook(self.modules, dp_size=self.layout.dp, dp_index=self.coord.dp,
                              optimizer=optimizer or optimizer_for(self.layout.optimizer))
         if self.layout.zero == 3:
@@ -118,7 +121,7 @@ class RankInterpreter:
     def run_step(self, step: int) -> StepResult:
         """Execute the rank's ops once (one optimizer step) and return what was measured."""
         self.step_index = step
-        self.tokens = global_batch(self.spec, self.layout, self.seed, step)
+        self.tokens = global_batch(self.spec, self.layout, self.seed, step).to(self.ctx.device)
         self.result = StepResult()
         self.live_bytes = 0
         self.tp_plan.cursor.clear()
@@ -126,7 +129,7 @@ class RankInterpreter:
         self.timer.start_step()
         for index, op in enumerate(self.ops):
             self.current_index = index
-            text = format_op(op)
+            text = self.texts[index]
             self.ctx.report_op(f"#{index} {text}")
             for _, pend in self.pending.values():
                 pend.poll()
@@ -254,7 +257,7 @@ class RankInterpreter:
 
     def _output_grad(self, block: int, mb: int, mode: str) -> torch.Tensor:
         if block == self.head:
-            return torch.tensor(1.0 / (self.layout.num_microbatches * self.layout.dp))
+            return torch.tensor(1.0 / (self.layout.num_microbatches * self.layout.dp), device=self.ctx.device)
         nxt = self.runs.get((block + 1, mb))
         if nxt is not None:
             grad = self.finish_backward(nxt).input_grad

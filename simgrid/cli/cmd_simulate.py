@@ -52,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"simulating {model.name} on {layout.world_size} GPUs of {args.cluster} ...", file=sys.stderr)
     result = simulate(model, args.cluster, layout, mode=args.mode, comm_model=args.comm,
                       granularity=args.granularity)
+    print(f"simulated {len(result.engine.simulated_ranks)} of {layout.world_size} ranks ({result.engine.mode} mode) "
+          f"in {result.wall_s:.2f} s", file=sys.stderr)
     if args.trace:
         result.trace.to_chrome_trace(args.trace)
         print(f"wrote trace {args.trace} (open in https://ui.perfetto.dev)", file=sys.stderr)
@@ -93,7 +95,14 @@ def _seconds(s: float) -> str:
 
 
 def _gib(n: float) -> str:
-    return f"{n / 2**30:.1f} GiB"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def _tflops(x: float) -> str:
+    return f"{x:.1f}" if x >= 10 else f"{x:.3g}"
 
 
 def format_report(result: SimulationResult) -> str:
@@ -108,8 +117,8 @@ def format_report(result: SimulationResult) -> str:
         ("layout", _layout_line(result)),
         ("step time", _seconds(m.step_time_s)),
         ("throughput", f"{m.tokens_per_s:,.0f} tokens/s"),
-        ("TFLOP/s per GPU", f"{m.tflops_per_gpu:.1f} model, {m.hw_tflops_per_gpu:.1f} hardware"),
-        ("MFU / HFU", f"{m.mfu:.1%} / {m.hfu:.1%}"),
+        ("TFLOP/s per GPU", f"{_tflops(m.tflops_per_gpu)} model, {_tflops(m.hw_tflops_per_gpu)} hardware"),
+        ("MFU / HFU", f"{m.mfu:.3g} / {m.hfu:.3g}" if m.mfu < 0.001 else f"{m.mfu:.1%} / {m.hfu:.1%}"),
         ("pipeline bubble", f"{m.bubble_fraction:.1%}"),
         ("exposed comm", exposed),
         ("peak memory", f"{_gib(m.peak_memory_bytes)} of {_gib(m.memory_capacity_bytes)} ({share:.0%}): {verdict}"),

@@ -11,7 +11,7 @@ tests pass small hand-written models with known closed forms.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from simgrid.ir import Collective, Compute, Transfer
@@ -113,6 +113,11 @@ class ClusterCostModel:
     def route(self, src: int, dst: int) -> tuple[Link, ...]:
         return tuple(self.topology.route(src, dst))
 
+    def p2p_class(self, src: int, dst: int) -> Hashable:
+        """Optional :class:`CostModel` extra: equal keys mean equal :meth:`p2p_s` for any byte count
+        (routes with the same link parameters), so :class:`DurationCache` computes each class once."""
+        return self.topology.route_class(src, dst)
+
 
 class DurationCache:
     """Memoised durations: first by op identity (ops are shared values), then by the fields that
@@ -127,6 +132,8 @@ class DurationCache:
         self._coll_by_id: dict[int, float] = {}
         self._coll_by_cost: dict[tuple[Any, ...], float] = {}
         self._p2p: dict[tuple[int, int, int], float] = {}
+        self._p2p_by_class: dict[tuple[int, Hashable], float] = {}
+        self._p2p_class: Callable[[int, int], Hashable] | None = getattr(cost, "p2p_class", None)
         self._xfer: dict[tuple[int, str, int], float] = {}
         self._keep: list[object] = []  # ops whose id() is a cache key stay alive while the cache lives
 
@@ -157,10 +164,19 @@ class DurationCache:
         return d
 
     def p2p(self, nbytes: int, src: int, dst: int) -> float:
+        """Closed-form seconds of a point-to-point transfer (once per route class when the cost model
+        has ``p2p_class``: the symmetry check asks about every replica's pipeline transfer)."""
         key = (nbytes, src, dst)
         d = self._p2p.get(key)
         if d is None:
-            d = self._p2p[key] = self.cost.p2p_s(nbytes, src, dst)
+            if self._p2p_class is None:
+                d = self.cost.p2p_s(nbytes, src, dst)
+            else:
+                class_key = (nbytes, self._p2p_class(src, dst))
+                d = self._p2p_by_class.get(class_key)
+                if d is None:
+                    d = self._p2p_by_class[class_key] = self.cost.p2p_s(nbytes, src, dst)
+            self._p2p[key] = d
         return d
 
     def transfer(self, op: Transfer, rank: int) -> float:

@@ -55,17 +55,33 @@ class FlowNetwork:
 
     def start(self, route: tuple[Link, ...], nbytes: float, done: Callable[[], None]) -> None:
         """Begin a transfer of ``nbytes`` over ``route``; ``done()`` is called when it completes."""
-        names = []
-        for link in route:
-            self.capacity_Bps.setdefault(link.name, link.bandwidth_Bps)
-            self.bytes_by_link[link.name] = self.bytes_by_link.get(link.name, 0.0) + nbytes
-            if not math.isinf(link.bandwidth_Bps):
-                names.append(link.name)
-        if nbytes <= 0 or not names:
+        self.start_all([(route, nbytes)], done)
+
+    def start_all(self, transfers: list[tuple[tuple[Link, ...], float]], done: Callable[[], None]) -> None:
+        """Begin several transfers at once (one rate recomputation); ``done()`` when the last completes."""
+        flows = []
+        for route, nbytes in transfers:
+            names = []
+            for link in route:
+                self.capacity_Bps.setdefault(link.name, link.bandwidth_Bps)
+                self.bytes_by_link[link.name] = self.bytes_by_link.get(link.name, 0.0) + nbytes
+                if not math.isinf(link.bandwidth_Bps):
+                    names.append(link.name)
+            if nbytes > 0 and names:
+                flows.append((tuple(names), float(nbytes)))
+        if not flows:
             self.env.timeout(0).callbacks.append(lambda _e: done())
             return
+        left = [len(flows)]
+
+        def one_done() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                done()
+
         self._advance()
-        self._flows.append(_Flow(tuple(names), float(nbytes), done))
+        for links, size in flows:
+            self._flows.append(_Flow(links, size, one_done))
         self._reallocate()
         self._arm()
 

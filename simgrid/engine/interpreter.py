@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import simpy
+from simpy.events import Timeout
 
 from simgrid.engine.costmodel import DurationCache, PhaseLike
 from simgrid.engine.flows import FlowNetwork
@@ -179,12 +180,15 @@ class Interpreter:
 
     def _arm_compute(self, st: _Rank) -> None:
         st.c_ver += 1
-        version = st.c_ver
-        self.env.timeout(st.c_left / st.c_rate).callbacks.append(lambda _e: self._compute_done(st, version))
+        Timeout(self.env, st.c_left / st.c_rate, (st, st.c_ver)).callbacks.append(self._compute_timer)
 
-    def _compute_done(self, st: _Rank, version: int) -> None:
+    def _compute_timer(self, event: Any) -> None:
+        st, version = event.value
         if version != st.c_ver:
             return  # re-timed since this timeout was armed
+        self._compute_done(st)
+
+    def _compute_done(self, st: _Rank) -> None:
         op = st.c_op
         assert op is not None
         st.c_op = None
@@ -206,7 +210,7 @@ class Interpreter:
         if rate == st.c_rate:
             return
         now = self.env.now
-        st.c_left -= (now - st.c_seg) * st.c_rate
+        st.c_left = max(st.c_left - (now - st.c_seg) * st.c_rate, 0.0)
         st.c_seg, st.c_rate = now, rate
         self._arm_compute(st)
 
@@ -245,9 +249,11 @@ class Interpreter:
             if expected is None:
                 expected = self._expected[op.group] = self._simulated_members(op, rank)
         elif type(op) is Send:
-            key, expected = (rank, op.peer, op.key), 2
+            k = op.key  # a plain tuple hashes and compares far faster than the P2PKey dataclass
+            key, expected = (rank, op.peer, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
         elif type(op) is Recv:
-            key, expected = (op.peer, rank, op.key), 2
+            k = op.key
+            key, expected = (op.peer, rank, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
         else:
             key, expected = None, 1
         if expected == 1:
@@ -306,10 +312,7 @@ class Interpreter:
         finish: Callable[[], None] = lambda: self._finish(inst)  # noqa: E731 - a named callback reads better
         if type(op) is Collective:
             ranks = tuple(self.program.groups[op.group])
-            steps: list[PhaseLike] = []
-            for phase in self.cost.phases(op, ranks):
-                steps.extend([phase] * int(getattr(phase, "repeat", 1) or 1))
-            self._run_phases(steps, 0, finish)
+            self._run_phases(list(self.cost.phases(op, ranks)), 0, finish)
             return
         src, dst = self._p2p_ends(inst)
         route = self.cost.route(src, dst)
@@ -318,27 +321,23 @@ class Interpreter:
         self.env.timeout(latency).callbacks.append(lambda _e: self.network.start(route, nbytes, finish))
 
     def _run_phases(self, steps: list[PhaseLike], index: int, finish: Callable[[], None]) -> None:
+        """Run algorithm steps one after the other: each pays its latency, then moves its transfers.
+
+        A step repeated k times runs as one step with k times the bytes and the latency: identical
+        under constant contention, and the fluid equivalent when contention changes part-way (it
+        saves k - 1 rate recomputations per step, which is what makes flow mode usable on rings)."""
         if index == len(steps):
             finish()
             return
         phase = steps[index]
+        repeat = int(getattr(phase, "repeat", 1) or 1)
+        transfers = [(self.cost.route(src, dst), nbytes * repeat) for src, dst, nbytes in phase.transfers
+                     if src != dst]
 
         def launch(_e: object) -> None:
-            transfers = [t for t in phase.transfers if t[0] != t[1]]
-            if not transfers:
-                self._run_phases(steps, index + 1, finish)
-                return
-            left = [len(transfers)]
+            self.network.start_all(transfers, lambda: self._run_phases(steps, index + 1, finish))
 
-            def one_done() -> None:
-                left[0] -= 1
-                if left[0] == 0:
-                    self._run_phases(steps, index + 1, finish)
-
-            for src, dst, nbytes in transfers:
-                self.network.start(self.cost.route(src, dst), nbytes, one_done)
-
-        self.env.timeout(phase.latency_s).callbacks.append(launch)
+        self.env.timeout(phase.latency_s * repeat).callbacks.append(launch)
 
     def _finish(self, inst: _Instance) -> None:
         now = self.env.now

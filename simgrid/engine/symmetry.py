@@ -85,7 +85,9 @@ def plan_ranks(program: Program, *, mode: str, comm_model: str, has_speed_factor
     if program.layout is None:
         return full_plan(world, ("the program has no layout, so replicas are unknown; ran in full mode",))
     mesh = Mesh(program.layout)
-    rep_of = [mesh.rank(pp=mesh.coords(r).pp, dp=0, tp=0) for r in range(world)]
+    # rank = tp + tp_size * (dp + dp_size * pp): rank (pp, 0, 0) starts each run of tp_size * dp_size ranks
+    block = program.layout.tp * program.layout.dp
+    rep_of = [r - r % block for r in range(world)]
     worst = [0.0]
     layout = program.layout
     built = program.meta.get("generator") == BUILDER and not (layout.dp_mode == "parameter-server" and layout.dp > 1)

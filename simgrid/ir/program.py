@@ -5,14 +5,19 @@ so tests can compare a round-tripped program with the original directly. Constru
 shape (types, rank numbering); the cross-rank rules (send/recv pairing, collective sequences, handles,
 memory) are checked by :func:`simgrid.ir.validate.validate_program`, and deadlocks by
 :func:`simgrid.ir.dryrun.dry_run`.
+
+``ranks`` may also be a :class:`LazyRanks`: a builder that derives most ranks from a few templates
+(:func:`simgrid.schedules.build_program`) hands over a recipe, and each rank's op tuple is produced the
+first time it is read and kept. The program is the same value either way (equal to, and hashing like, one
+built with the tuples); the symmetric engine then pays only for the ranks it simulates.
 """
 
 from __future__ import annotations
 
 import types
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, overload
 
 from simgrid.errors import ProgramError
 from simgrid.ir.ops import Alloc, Collective, CommOp, Compute, Free, Op, Recv, Send, Transfer, Wait
@@ -29,6 +34,87 @@ OP_TYPES: tuple[type, ...] = (Compute, Send, Recv, Collective, Transfer, Wait, A
 HANDLE_OP_TYPES: tuple[type, ...] = (Send, Recv, Collective, Transfer)
 """Op classes that carry a handle a :class:`Wait` can name."""
 
+_OP_TYPE_SET = frozenset(OP_TYPES)
+
+
+def _check_op_types(rank: int, ops: tuple[Op, ...]) -> None:
+    if not set(map(type, ops)) <= _OP_TYPE_SET:
+        index, o = next((i, o) for i, o in enumerate(ops) if type(o) not in _OP_TYPE_SET)
+        raise ProgramError(
+            f"program: ranks[{rank}][{index}] = {o!r} is not an IR op; use one of "
+            f"{', '.join(t.__name__ for t in OP_TYPES)}"
+        )
+
+
+class LazyRanks(Sequence[tuple[Op, ...]]):
+    """Per-rank op tuples produced by ``make(rank)`` on first access and kept (a read-only sequence).
+
+    ``lengths[rank]`` must be the length of ``make(rank)``: it answers :attr:`Program.num_ops` without
+    producing every rank. Equality and hashing are those of the tuple of all ranks, so a program holding
+    a ``LazyRanks`` equals one holding the same ops as tuples. Op types are checked as each rank is made.
+    """
+
+    __slots__ = ("_lengths", "_made", "_make")
+
+    def __init__(self, make: Callable[[int], tuple[Op, ...]], lengths: Sequence[int]) -> None:
+        self._make = make
+        self._lengths = tuple(lengths)
+        self._made: list[tuple[Op, ...] | None] = [None] * len(self._lengths)
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    @overload
+    def __getitem__(self, index: int) -> tuple[Op, ...]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[tuple[Op, ...], ...]: ...
+
+    def __getitem__(self, index: int | slice) -> tuple[Op, ...] | tuple[tuple[Op, ...], ...]:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self._made))))
+        found = self._made[index]  # IndexError / TypeError exactly as a tuple raises them
+        if found is None:
+            rank = index % len(self._made)
+            found = tuple(self._make(rank))
+            if len(found) != self._lengths[rank]:
+                raise ProgramError(
+                    f"program: lazily made ranks[{rank}] has {len(found)} ops but {self._lengths[rank]} "
+                    "were announced; the builder's lengths must match what it makes"
+                )
+            _check_op_types(rank, found)
+            self._made[rank] = found
+        return found
+
+    def __iter__(self) -> Iterator[tuple[Op, ...]]:
+        for rank in range(len(self._made)):
+            yield self[rank]
+
+    @property
+    def total_ops(self) -> int:
+        """Ops over all ranks, without making any rank."""
+        return sum(self._lengths)
+
+    @property
+    def made(self) -> int:
+        """How many ranks have been made so far (diagnostics and tests)."""
+        return sum(ops is not None for ops in self._made)
+
+    def __eq__(self, other: object) -> bool:
+        if other is self:
+            return True
+        if isinstance(other, LazyRanks):
+            return self._lengths == other._lengths and all(a == b for a, b in zip(self, other, strict=True))
+        if isinstance(other, tuple):
+            return len(other) == len(self) and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(tuple(self))
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
 
 @dataclass(frozen=True, kw_only=True)
 class Program:
@@ -40,12 +126,15 @@ class Program:
     """The parallel layout it was generated for; ``None`` for hand-built or imported programs."""
     groups: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     """Process groups: name -> global ranks (stored sorted by name, members as a tuple in the given order)."""
-    ranks: tuple[tuple[Op, ...], ...] = ()
-    """One tuple of ops per global rank, in issue order (lists are accepted and converted)."""
+    ranks: Sequence[tuple[Op, ...]] = ()
+    """One tuple of ops per global rank, in issue order (lists are accepted and converted to a tuple of
+    tuples; a :class:`LazyRanks` is kept as it is)."""
     meta: Mapping[str, Any] = field(default_factory=dict)
     """Free-form :data:`MetaValue` JSON scalars: schedule name, granularity, generator, ... (sorted by key;
     checked at construction)."""
-    _handle_index: list[dict[str, int]] | None = field(default=None, init=False, repr=False, compare=False, hash=False)
+    _handle_index: list[dict[str, int] | None] | None = field(
+        default=None, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ranks", _normalise_ranks(self.ranks))
@@ -69,7 +158,7 @@ class Program:
             "model": self.model,
             "layout": self.layout,
             "groups": dict(self.groups),
-            "ranks": self.ranks,
+            "ranks": tuple(self.ranks),
             "meta": dict(self.meta),
         }
         return (_rebuild, (kwargs,))
@@ -86,6 +175,8 @@ class Program:
     @property
     def num_ops(self) -> int:
         """Ops over all ranks."""
+        if isinstance(self.ranks, LazyRanks):
+            return self.ranks.total_ops
         return sum(len(ops) for ops in self.ranks)
 
     @property
@@ -118,18 +209,19 @@ class Program:
     def handle_index(self, rank: int, handle: str) -> int:
         """Position on ``rank`` of the op issuing ``handle`` (the first one if a handle repeats)."""
         self._check_rank(rank)
-        if self._handle_index is None:
-            index: list[dict[str, int]] = []
-            for ops in self.ranks:
-                by_handle: dict[str, int] = {}
-                for i, o in enumerate(ops):
-                    if isinstance(o, HANDLE_OP_TYPES):
-                        by_handle.setdefault(o.handle, i)  # type: ignore[union-attr]
-                index.append(by_handle)
+        index = self._handle_index
+        if index is None:
+            index = [None] * len(self.ranks)
             object.__setattr__(self, "_handle_index", index)
-        assert self._handle_index is not None  # set just above; narrows the type for mypy
+        by_handle = index[rank]
+        if by_handle is None:  # built per rank on first use: a lazy program makes only the ranks asked about
+            by_handle = {}
+            for i, o in enumerate(self.ranks[rank]):
+                if isinstance(o, HANDLE_OP_TYPES):
+                    by_handle.setdefault(o.handle, i)  # type: ignore[union-attr]
+            index[rank] = by_handle
         try:
-            return self._handle_index[rank][handle]
+            return by_handle[handle]
         except KeyError:
             raise ProgramError(f"program: rank {rank} issues no op with handle {handle!r}") from None
 
@@ -176,23 +268,20 @@ def _rebuild(kwargs: dict[str, Any]) -> Program:
     return Program(**kwargs)
 
 
-def _normalise_ranks(ranks: Any) -> tuple[tuple[Op, ...], ...]:
+def _normalise_ranks(ranks: Any) -> Sequence[tuple[Op, ...]]:
+    if isinstance(ranks, LazyRanks):
+        return ranks
     if isinstance(ranks, (str, bytes)) or not isinstance(ranks, Sequence):
         raise ProgramError(f"program: ranks must be a sequence of per-rank op sequences, got {type(ranks).__name__}")
     out: list[tuple[Op, ...]] = []
-    op_types = frozenset(OP_TYPES)
     checked: set[int] = set()  # builders share one tuple between identical ranks: check it once
     for rank, ops in enumerate(ranks):
         if isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence):
             raise ProgramError(f"program: ranks[{rank}] must be a sequence of ops, got {type(ops).__name__}")
         ops = tuple(ops)
-        if id(ops) not in checked and not set(map(type, ops)) <= op_types:
-            index, o = next((i, o) for i, o in enumerate(ops) if type(o) not in op_types)
-            raise ProgramError(
-                f"program: ranks[{rank}][{index}] = {o!r} is not an IR op; use one of "
-                f"{', '.join(t.__name__ for t in OP_TYPES)}"
-            )
-        checked.add(id(ops))
+        if id(ops) not in checked:
+            _check_op_types(rank, ops)
+            checked.add(id(ops))
         out.append(ops)
     return tuple(out)
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import EngFormatter, FuncFormatter
 
 from simgrid.plots.canvas import PlotError, new_figure, save_figure
 
@@ -84,6 +84,9 @@ def plot_scaling(
         axis.grid(True, which="major", alpha=0.3)
         if metric in PERCENT_METRICS:
             axis.set_ylim(bottom=0)
+        else:
+            # 1.2M rather than 1200000: throughput spans orders of magnitude over a scaling study.
+            axis.yaxis.set_major_formatter(EngFormatter(sep=""))
         if not dashed_second:
             axis.legend(fontsize="small")
     if dashed_second:

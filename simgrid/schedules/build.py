@@ -15,7 +15,10 @@ Passes, in order (each in :mod:`simgrid.schedules.lower`, each with its own test
 
 The passes build one op list per pipeline rank (two with a parameter server: the server and the
 others) for the canonical ``dp = 0, tp = 0`` coordinates; :mod:`~.instantiate` then derives every rank's
-list, sharing the op values that do not depend on the rank.
+list, sharing the op values that do not depend on the rank. That derivation is lazy (a
+:class:`~simgrid.ir.program.LazyRanks`): a rank's op tuple is made the first time something reads it,
+so symmetric simulation of 16,384 ranks makes only the ``pp`` representatives' lists, while validation,
+export and full mode see every rank exactly as an eagerly built program would have them.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from simgrid.ir.ops import Op
-from simgrid.ir.program import Program
+from simgrid.ir.program import LazyRanks, Program
 from simgrid.layout.spec import Layout, check_layout
 from simgrid.model.spec import ModelSpec
 from simgrid.schedules.lower.activations import add_activation_memory
@@ -69,9 +72,28 @@ def finish_role(ctx: LoweringContext, role: Role, pp_rank: int, dp: int) -> list
     return [op for step in steps for op in step.ops]
 
 
+def mesh_groups(layout: Layout) -> dict[str, tuple[int, ...]]:
+    """:meth:`Mesh.groups <simgrid.layout.mesh.Mesh.groups>` from the rank formula directly (same names,
+    members and order; it walks every rank through ``coords`` and ``rank``, seconds at 16,384 ranks)."""
+    tp, dp, pp = layout.tp, layout.dp, layout.pp
+    world = tp * dp * pp
+    out: dict[str, tuple[int, ...]] = {"world": tuple(range(world))}
+    # rank = t + tp * (d + dp * p)  (Mesh's order: tp fastest, then dp, then pp)
+    for p in range(pp):
+        for d in range(dp):
+            base = tp * (d + dp * p)
+            out[f"tp/pp{p}-dp{d}"] = tuple(range(base, base + tp))
+        for t in range(tp):
+            out[f"dp/pp{p}-tp{t}"] = tuple(range(t + tp * dp * p, t + tp * dp * (p + 1), tp))
+    for d in range(dp):
+        for t in range(tp):
+            out[f"pp/dp{d}-tp{t}"] = tuple(range(t + tp * d, world, tp * dp))
+    return dict(sorted(out.items()))
+
+
 def program_groups(ctx: LoweringContext) -> dict[str, tuple[int, ...]]:
     """The mesh's groups plus the tied-embedding groups when the program uses them."""
-    groups = ctx.mesh.groups()
+    groups = mesh_groups(ctx.layout)
     pair = embed_sync_ranks(ctx)
     if pair is not None:
         first, last = pair
@@ -107,17 +129,26 @@ def _build(model: ModelSpec, layout: Layout, granularity: Granularity) -> Progra
     check_layout(model, layout)
     ctx = LoweringContext(model=model, layout=layout, granularity=granularity)
     roles = build_roles(ctx)
-    ranks: list[tuple[Op, ...]] = [()] * layout.world_size
     server_differs = layout.dp_mode == "parameter-server" and layout.dp > 1
+    makers: list[list[RoleInstantiator]] = []  # [pp_rank][0: ordinary rank, 1: the parameter server]
     for pp_rank, role in enumerate(roles):
-        templates = {0: finish_role(ctx, role, pp_rank, 0)}
+        templates = [finish_role(ctx, role, pp_rank, 0)]
         if server_differs:
-            templates[1] = finish_role(ctx, role, pp_rank, 1)
-        makers = {key: RoleInstantiator(ctx.mesh, pp_rank, ops) for key, ops in templates.items()}
-        for dp in range(layout.dp):
-            maker = makers[0 if dp == 0 or not server_differs else 1]
-            for tp in range(layout.tp):
-                ranks[ctx.mesh.rank(pp=pp_rank, dp=dp, tp=tp)] = maker.ops(dp, tp)
+            templates.append(finish_role(ctx, role, pp_rank, 1))
+        makers.append([RoleInstantiator(ctx.mesh, pp_rank, ops) for ops in templates])
+    tp_size, dp_size = layout.tp, layout.dp
+
+    def make_rank(rank: int) -> tuple[Op, ...]:
+        # rank = tp + tp_size * (dp + dp_size * pp)  (Mesh's order)
+        rest, tp = divmod(rank, tp_size)
+        pp_rank, dp = divmod(rest, dp_size)
+        return makers[pp_rank][1 if dp and server_differs else 0].ops(dp, tp)
+
+    lengths = []
+    for pp_rank in range(layout.pp):
+        for dp in range(dp_size):
+            lengths += [len(makers[pp_rank][1 if dp and server_differs else 0].template)] * tp_size
     meta = {"generator": GENERATOR, "schedule": ctx.schedule, "granularity": granularity,
             "num_microbatches": ctx.num_microbatches}
-    return Program(model=model, layout=layout, groups=program_groups(ctx), ranks=tuple(ranks), meta=meta)
+    return Program(model=model, layout=layout, groups=program_groups(ctx), ranks=LazyRanks(make_rank, lengths),
+                   meta=meta)

@@ -51,6 +51,9 @@ class SweepConstraints:
     """Let tensor parallelism span nodes (slow: every layer all-reduces over the network)."""
     sequence_parallel: tuple[bool, ...] = (False,)
     """Sequence-parallel settings tried; ``True`` is only tried with tp > 1."""
+    allow_uneven_stages: bool = False
+    """Also try pp * vpp that does not divide the layer count (stages then differ by a layer; the
+    slowest stage sets the pace, so even splits are tried by default, as Megatron-LM requires)."""
 
     def __post_init__(self) -> None:
         for name in ("tp", "max_tp", "pp", "max_pp", "dp", "max_dp"):

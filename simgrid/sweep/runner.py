@@ -12,12 +12,15 @@ the search goes on: one bad corner of the space must not cost the user the whole
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import importlib
 import multiprocessing
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -75,6 +78,9 @@ class SweepResult:
     """Valid layouts the memory estimate said do not fit."""
     memory_reasons: Counter[str] = field(default_factory=Counter)
     """Memory-dropped layouts per dominant category (the largest term of the per-GPU breakdown)."""
+    dominated: int = 0
+    """Fitting layouts not simulated because the same layout with less recompute also fits (recompute
+    only adds work, so it cannot be faster)."""
     failures: tuple[SweepFailure, ...] = ()
     """Layouts whose estimate or simulation raised."""
     wall_s: float = 0.0
@@ -109,6 +115,8 @@ class SweepResult:
             lines.append(f"  {count:>6} invalid: {reason}")
         why = ", ".join(f"{cat} dominant in {n}" for cat, n in self.memory_reasons.most_common())
         lines.append(f"dropped for memory: {self.memory_dropped}" + (f" ({why})" if why else ""))
+        if self.dominated:
+            lines.append(f"skipped {self.dominated} that fit with less recompute as well (recompute only adds work)")
         lines.append(
             f"simulated: {self.simulated} ({len(self.table)} ok, {len(self.failures)} failed) "
             f"in {self.wall_s:.1f} s"
@@ -128,6 +136,7 @@ def sweep(
     top: int | None = None,
     workers: int | None = None,
     progress: bool = True,
+    prune_recompute: bool = True,
     simulate_options: Mapping[str, Any] | None = None,
     simulate_fn: SimulateFn | None = None,
     estimate_memory_fn: EstimateMemoryFn | None = None,
@@ -139,6 +148,8 @@ def sweep(
     ``granularity``). ``simulate_fn``/``estimate_memory_fn`` replace the simulator and the memory
     estimate (a custom cost model; they must be importable module-level functions to reach workers).
     ``top`` keeps only the best rows in the table; the counts still cover the whole search.
+    ``prune_recompute`` skips a layout when the same layout with a cheaper recompute policy (none <
+    selective < full) also fits: recompute only adds FLOPs, so the skipped one cannot rank higher.
     """
     start = time.perf_counter()
     spec = _resolve_model(model)
@@ -146,13 +157,14 @@ def sweep(
     space = enumerate_layout_space(spec, cluster, gpus=gpus, global_batch=global_batch, constraints=constraints)
     result = sweep_layouts(
         spec, cluster_name, gpus, space.layouts, top=top, workers=workers, progress=progress,
-        simulate_options=simulate_options, simulate_fn=simulate_fn, estimate_memory_fn=estimate_memory_fn,
+        prune_recompute=prune_recompute, simulate_options=simulate_options, simulate_fn=simulate_fn, estimate_memory_fn=estimate_memory_fn,
         cluster=cluster,
     )
     return SweepResult(
         table=result.table, tried=space.tried, enumerated=len(space.layouts),
         invalid_reasons=space.invalid_reasons, memory_dropped=result.memory_dropped,
-        memory_reasons=result.memory_reasons, failures=result.failures, wall_s=time.perf_counter() - start,
+        memory_reasons=result.memory_reasons, dominated=result.dominated, failures=result.failures,
+        wall_s=time.perf_counter() - start,
     )
 
 
@@ -165,6 +177,7 @@ def sweep_layouts(
     top: int | None = None,
     workers: int | None = None,
     progress: bool = True,
+    prune_recompute: bool = True,
     simulate_options: Mapping[str, Any] | None = None,
     simulate_fn: SimulateFn | None = None,
     estimate_memory_fn: EstimateMemoryFn | None = None,
@@ -190,6 +203,9 @@ def sweep_layouts(
             to_simulate.append(layout)
         else:
             memory_reasons[_dominant_category(_field(est, "breakdown"))] += 1
+    fitting = len(to_simulate)
+    if prune_recompute:
+        to_simulate = cheapest_recompute(to_simulate)
     rows, sim_failures = _simulate_all(
         spec, cluster_name if isinstance(cluster_name, str) else cluster, gpus, to_simulate,
         workers=workers, progress=progress, options=dict(simulate_options or {}), simulate_fn=simulate_fn,
@@ -197,9 +213,28 @@ def sweep_layouts(
     failures += sim_failures
     return SweepResult(
         table=rank_table(rows, top=top), tried=len(candidates), enumerated=len(candidates),
-        memory_dropped=sum(memory_reasons.values()), memory_reasons=memory_reasons, failures=tuple(failures),
+        memory_dropped=sum(memory_reasons.values()), memory_reasons=memory_reasons,
+        dominated=fitting - len(to_simulate), failures=tuple(failures),
         wall_s=time.perf_counter() - start,
     )
+
+
+def cheapest_recompute(layouts: Sequence[Layout]) -> list[Layout]:
+    """Keep, of layouts equal but for the recompute policy, only the one with the least recompute.
+
+    Recompute re-runs forward work in the backward pass and changes no communication (Korthikanti 2022,
+    section 5: it trades compute for activation memory), so among fitting variants the one with less
+    recompute is at least as fast. Order of the input is kept.
+    """
+    cost = {"none": 0, "selective": 1, "full": 2}
+    best: dict[Layout, Layout] = {}
+    for layout in layouts:
+        key = dataclasses.replace(layout, recompute="none")
+        kept = best.get(key)
+        if kept is None or cost[layout.recompute] < cost[kept.recompute]:
+            best[key] = layout
+    chosen = set(best.values())
+    return [layout for layout in layouts if layout in chosen]
 
 
 def rank_table(rows: Sequence[Mapping[str, Any]], *, top: int | None = None) -> pd.DataFrame:
@@ -275,6 +310,7 @@ def _simulate_all(
         bar.advance(failed=row is None)
 
     n_workers = min(workers or os.cpu_count() or 1, len(layouts))
+    leftover: list[Layout] = []
     try:
         if n_workers <= 1:
             evaluator = LayoutEvaluator(model, cluster_ref, gpus, options, simulate_fn)
@@ -291,12 +327,27 @@ def _simulate_all(
                     for future in cf.as_completed(futures):
                         try:
                             row, error = future.result()
-                        except Exception as exc:  # a crashed worker fails its layout only
+                        except BrokenProcessPool:
+                            leftover.append(futures[future])
+                            continue
+                        except Exception as exc:  # an unpicklable result fails its layout only
                             row, error = None, f"worker: {type(exc).__name__}: {exc}"
                         record(futures[future], row, error)
                 except BaseException:
                     pool.shutdown(wait=False, cancel_futures=True)
                     raise
+            if leftover:
+                # Workers die together when they cannot start (a script without the
+                # ``if __name__ == "__main__":`` guard that spawn needs) or one is killed (out of host
+                # memory). Finishing in this process is slower but still gives the user an answer.
+                print(
+                    f"simgrid sweep: worker processes stopped ({len(leftover)} layouts left); finishing them "
+                    "in this process. If this is a script, put the sweep under `if __name__ == \"__main__\":`.",
+                    file=sys.stderr,
+                )
+                evaluator = LayoutEvaluator(model, cluster_ref, gpus, options, simulate_fn)
+                for layout in leftover:
+                    record(layout, *evaluator(layout))
     finally:
         bar.close()
     return rows, failures

@@ -112,9 +112,10 @@ def _recipes(*, dp: int, tp: int, pp: int, layers: int, global_batch: int, c: Sw
         schedule_vpps = []
         for schedule in c.schedules:
             if schedule == "interleaved-1f1b":
-                # vpp values whose pp * vpp exceed the layer count can never divide it; anything else
-                # is left to check_layout so that its reason is counted.
-                schedule_vpps += [(schedule, v) for v in range(2, c.max_vpp + 1) if pp * v <= layers]
+                schedule_vpps += [
+                    (schedule, v) for v in range(2, c.max_vpp + 1)
+                    if pp * v <= layers and (c.allow_uneven_stages or layers % (pp * v) == 0)
+                ]
             elif schedule == "zbv":
                 schedule_vpps.append((schedule, 2))
             else:
@@ -161,7 +162,10 @@ def _pp_degrees(gpus_left: int, layers: int, c: SweepConstraints) -> list[int]:
     if c.pp is not None:
         return [c.pp] if gpus_left % c.pp == 0 else []
     limit = min(gpus_left, layers, c.max_pp or gpus_left)
-    return [p for p in range(1, limit + 1) if gpus_left % p == 0]
+    return [
+        p for p in range(1, limit + 1)
+        if gpus_left % p == 0 and (c.allow_uneven_stages or layers % p == 0)
+    ]
 
 
 def _gpus_per_node(cluster: Any, gpus: int) -> int:

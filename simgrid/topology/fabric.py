@@ -138,6 +138,20 @@ class Fabric:
             return (out, into)
         return (out, self.leaf_up(0, src_leaf), self.leaf_down(0, dst_leaf), into)
 
+    def route_class(self, src_node: int, src_nic: int, dst_node: int, dst_nic: int) -> tuple[int, int, bool]:
+        """A key equal for two NIC-to-NIC routes whose links have equal rates and latencies in order.
+
+        Every node's NIC links share one spec and every leaf's aggregated links one ``share``, so a
+        route's link parameters depend only on the NICs and on whether it climbs to the spine (the
+        branches of :meth:`route`). Cheap: no link is made (cost caches key on it at 16,384 ranks).
+        """
+        if self._net.topology == "single-switch":
+            return (src_nic, dst_nic, False)
+        same_leaf = self.leaf_of(src_node) == self.leaf_of(dst_node)
+        if self.rail_optimized:
+            return (src_nic, dst_nic, not (src_nic == dst_nic and same_leaf))
+        return (src_nic, dst_nic, not same_leaf)
+
     def all_links(self) -> list[Link]:
         """Every NIC and leaf link of the cluster (materialises them)."""
         nodes, nics = self._cluster.num_nodes, self._node.nics_per_node

@@ -60,6 +60,8 @@ class Topology:
 
     # ----------------------------------------------------------------------------------- placement
     def _check_rank(self, rank: int, what: str = "rank") -> None:
+        if type(rank) is int and 0 <= rank < self.num_gpus:  # the hot path: skip the slow ABC check
+            return
         if not isinstance(rank, Integral) or not 0 <= rank < self.num_gpus:
             raise SimgridError(
                 f"{what} = {rank!r} is outside the cluster's {self.num_gpus} GPUs; use a rank in 0..{self.num_gpus - 1}"
@@ -143,6 +145,25 @@ class Topology:
                                       dst_node, self.fabric.nic_of_local(dst_local))
         self._routes[key] = route
         return route
+
+    def route_class(self, src: int, dst: int) -> tuple[object, ...]:
+        """A key equal for two routes whose links have the same rates and latencies in the same order.
+
+        Lone-transfer times depend only on those, so cost caches can key on the class instead of the
+        rank pair. Every node is built from one node spec, so an intra-node route is classed by its two
+        local GPU indices and an inter-node one by :meth:`Fabric.route_class`; no link is made.
+        """
+        if src == dst:
+            self._check_rank(src, "src")
+            return ("self",)
+        self._check_rank(src, "src")
+        self._check_rank(dst, "dst")
+        src_node, src_local = divmod(src, self.gpus_per_node)
+        dst_node, dst_local = divmod(dst, self.gpus_per_node)
+        if src_node == dst_node:
+            return ("intra", src_local, dst_local)
+        nic_of = self.fabric.nic_of_local
+        return ("inter", *self.fabric.route_class(src_node, nic_of(src_local), dst_node, nic_of(dst_local)))
 
     def host_route(self, rank: int, direction: HostDirection) -> tuple[Link, ...]:
         """Links a host copy crosses: ``d2h`` GPU -> PCIe switch -> root complex; ``h2d`` the reverse."""

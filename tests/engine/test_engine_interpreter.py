@@ -134,3 +134,15 @@ def test_trace_op_text_is_the_ir_text() -> None:
     op = fwd(TFLOP)
     res = simulate_program(Program(ranks=[[op]]), cost_model=UniformCost())
     assert [r.op for r in res.trace.rows] == [format_op(op)]
+
+
+def test_host_transfers_do_not_slow_compute() -> None:
+    """A d2h copy (copy engines, not SMs) overlapping a 1 s compute leaves it at 1 s even with s = 0.5;
+    it runs on its own pcie stream: 1 GB at 1 GB/s from 0 to 1 s."""
+    from simgrid.ir import Transfer
+
+    ops = [Transfer(direction="d2h", bytes=10**9, handle="x"), fwd(TFLOP), Wait(handle="x")]
+    res = simulate_program(Program(ranks=[ops]), cost_model=UniformCost(slowdown=0.5))
+    assert _rows(res, 0, "F")[0].end_s == 1.0
+    copy = _rows(res, 0, "d2h")[0]
+    assert (copy.stream, copy.start_s, copy.end_s, copy.purpose) == ("pcie:d2h", 0.0, 1.0, "offload")

@@ -64,3 +64,12 @@ def test_gantt_of_empty_trace_is_an_error() -> None:
     """An empty trace cannot be drawn."""
     with pytest.raises(PlotError, match="no rows"):
         plot_gantt(Trace())
+
+
+def test_default_ranks_pick_one_rank_per_pipeline_stage_in_large_traces() -> None:
+    """With more than 32 traced ranks, the chart shows the lowest rank of each distinct stage set."""
+    from simgrid.plots import default_ranks
+
+    rows = [TraceRow(r, "compute", "F", "F", "compute", 0, 1, 0, 1.0, r // 8, 0) for r in range(64)]
+    assert default_ranks(Trace(rows)) == [0, 8, 16, 24, 32, 40, 48, 56]
+    assert default_ranks(_pipeline_trace(4, 2)) == [0, 1, 2, 3]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -29,14 +28,6 @@ def fail_on_rank_one(ctx: RankContext, payload: Any) -> None:
     ctx.report_op("F s0 m0 b1:2")
     if ctx.rank == 1:
         raise ValueError("boom")
-    dist.barrier()
-
-
-def die_on_rank_one(ctx: RankContext, payload: Any) -> None:
-    """Rank 1 exits abruptly (no report) while running an op."""
-    ctx.report_op("ALLREDUCE dp bucket0")
-    if ctx.rank == 1:
-        os._exit(3)
     dist.barrier()
 
 

@@ -163,3 +163,25 @@ def test_rank_dying_mid_program_names_rank_and_op() -> None:
     with pytest.raises(ExecutionError, match=r"rank 1 died \(exit code 17\) while running op .#5 " + re.escape(text[:20])):
         run_programs([Job(program=program, fault=(1, 5, "exit"))],
                      config=LaunchConfig(world_size=2, run_timeout_s=120, comm_timeout_s=10))
+
+
+def test_declared_memory_peak_is_tracked_per_rank(two_rank_results: dict[str, RunResult]) -> None:
+    """The executor's live ALLOC/FREE counter peaks where a by-hand replay of rank 0's ops peaks."""
+    from simgrid.ir.ops import Alloc, Free
+
+    program = build_program(TINY, TWO_RANK["zero3"])
+    live, peak, sizes = 0, 0, {}
+    for op in program.ranks[0]:
+        if isinstance(op, Alloc):
+            sizes[op.name] = op.bytes
+            live += op.bytes
+            peak = max(peak, live)
+        elif isinstance(op, Free):
+            live -= sizes.pop(op.name)
+    assert two_rank_results["zero3"].peak_ir_bytes[0] == peak
+
+
+def test_gloo_reduce_scatter_is_recorded_as_all_reduce_in_the_trace(two_rank_results: dict[str, RunResult]) -> None:
+    """ZeRO's reduce-scatter rows say how gloo really performed them."""
+    rows = [r for r in two_rank_results["zero1"].trace.rows if r.kind == "reduce_scatter"]
+    assert rows and all("reduce_scatter via all_reduce (gloo)" in r.op for r in rows)

@@ -23,6 +23,8 @@ from simgrid.ir import (
     program_to_json,
     save_program,
 )
+from simgrid.ir.ops import Op
+from simgrid.ir.program import LazyRanks
 
 
 def test_programs_with_equal_fields_are_equal_and_hash_equal() -> None:
@@ -175,3 +177,57 @@ def test_ir_imports_neither_torch_nor_simpy() -> None:
     code = "import sys, simgrid.ir; bad = {'torch', 'simpy'} & set(sys.modules); assert not bad, bad"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
+
+
+def _lazy_pair() -> tuple[Program, Program, list[int]]:
+    """An eager program and the same program whose ranks are made on demand (calls recorded)."""
+    ranks = (
+        (Send(peer=1, bytes=4, key="x", handle="s"), Wait(handle="s")),
+        (Wait(handle="h"),),
+        (),
+    )
+    calls: list[int] = []
+
+    def make(rank: int) -> tuple[Op, ...]:
+        calls.append(rank)
+        return ranks[rank]
+
+    lazy = Program(groups={"world": (0, 1, 2)}, ranks=LazyRanks(make, [len(r) for r in ranks]))
+    return Program(groups={"world": (0, 1, 2)}, ranks=ranks), lazy, calls
+
+
+def test_lazy_ranks_are_made_once_on_first_access_and_num_ops_needs_none() -> None:
+    """A LazyRanks program makes a rank the first time it is read, keeps it, and counts ops from the
+    announced lengths without making anything."""
+    eager, lazy, calls = _lazy_pair()
+    assert lazy.world_size == 3 and lazy.num_ops == 3 and calls == []
+    assert lazy.ops(1) == (Wait(handle="h"),)
+    assert lazy.ranks[1] is lazy.ranks[-2]
+    assert calls == [1]
+    assert lazy.handle_index(0, "s") == 0 and calls == [1, 0]
+    assert lazy.ranks[0:2] == eager.ranks[0:2]
+    with pytest.raises(IndexError):
+        lazy.ranks[3]
+
+
+def test_lazy_program_equals_hashes_and_pickles_like_the_eager_one() -> None:
+    """Equality and hash are those of the tuple of all ranks, in either order of comparison; pickling
+    gives an eager program equal to both."""
+    import pickle
+
+    eager, lazy, _ = _lazy_pair()
+    assert lazy == eager and eager == lazy and hash(lazy) == hash(eager)
+    assert pickle.loads(pickle.dumps(lazy)) == eager
+    other = Program(groups={"world": (0, 1, 2)}, ranks=((), (Wait(handle="h"),), ()))
+    assert lazy != other and other != lazy
+
+
+def test_lazy_ranks_check_what_they_make() -> None:
+    """A made rank that is not a tuple of IR ops, or whose length differs from the one announced, is a
+    ProgramError naming the rank."""
+    bad = Program(ranks=LazyRanks(lambda rank: ("not an op",), [1]))  # type: ignore[arg-type,return-value]
+    with pytest.raises(ProgramError, match=r"ranks\[0\]\[0\] = 'not an op' is not an IR op"):
+        bad.ops(0)
+    short = Program(ranks=LazyRanks(lambda rank: (), [2]))
+    with pytest.raises(ProgramError, match=r"ranks\[0\] has 0 ops but 2 were announced"):
+        short.ops(0)

@@ -128,3 +128,30 @@ def test_parameter_server_roots_follow_each_data_parallel_group() -> None:
     for rank, ops in enumerate(program.ranks):
         roots = {op.root for op in ops if isinstance(op, Collective) and op.root is not None}
         assert roots == {mesh.dp_group(rank)[0]}
+
+
+@pytest.mark.parametrize(("tp", "dp", "pp"), [(1, 1, 2), (2, 3, 4), (8, 16, 8), (4, 1, 3), (2, 2, 1)])
+def test_mesh_groups_equal_the_meshs_own_groups(tp: int, dp: int, pp: int) -> None:
+    """The arithmetic group table equals Mesh.groups() (names, members, member order and name order)."""
+    from simgrid.schedules.build import mesh_groups
+
+    layout = Layout(tp=tp, dp=dp, pp=pp, global_batch_size=2 * dp * pp, schedule="1f1b" if pp > 1 else "none")
+    expected = Mesh(layout).groups()
+    found = mesh_groups(layout)
+    assert found == expected and list(found) == list(expected)
+
+
+def test_a_built_program_makes_ranks_on_demand_and_equals_its_eager_copy() -> None:
+    """build_program derives replica ranks lazily: nothing beyond what is read is made, and the program
+    equals (and hashes like) one constructed from every rank's op tuple."""
+    from simgrid.ir.program import LazyRanks, Program
+
+    layout = Layout(dp=2, tp=2, pp=2, global_batch_size=4, recompute="full")
+    program = build_program(TINY, layout)
+    assert isinstance(program.ranks, LazyRanks) and program.ranks.made == 0
+    assert program.num_ops == sum(len(program.ranks[r]) for r in (0, 4)) * 4  # replicas have equal lengths
+    assert program.ranks.made == 2
+    eager = Program(model=program.model, layout=program.layout, groups=program.groups,
+                    ranks=[tuple(ops) for ops in program.ranks], meta=program.meta)
+    assert program.ranks.made == layout.world_size
+    assert eager == program and hash(eager) == hash(program)

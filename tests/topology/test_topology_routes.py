@@ -132,3 +132,28 @@ def test_nvlink_mesh_shares_each_gpus_total_nvlink_rate() -> None:
     a, b = topo.route(0, 3), topo.route(0, 6)
     assert a[0] is b[0] and a[0].name == "node0/gpu0/nvlink-out"
     assert route_bandwidth_Bps(a) == pytest.approx(150e9)
+
+
+@pytest.mark.parametrize(("profile", "gpus"), [("dgx-h100-ndr", 16384), ("dgx-a100-hdr", 4096),
+                                               ("rtx4090-10gbe", 96), ("dgx1-v100-edr", 256)])
+def test_routes_of_one_route_class_have_equal_link_parameters(profile: str, gpus: int) -> None:
+    """route_class is a safe cache key: brute force over intra-node pairs, pairs across leaves and rails
+    and random pairs, every route of one class has the same (bandwidth, latency) link sequence; ranks
+    that are not ints still get the usual error."""
+    import random
+
+    from simgrid.hardware import load_cluster
+
+    topo = Topology(load_cluster(profile, gpus=gpus))
+    g = topo.gpus_per_node
+    rng = random.Random(7)
+    pairs = [(a, b) for a in range(2 * g) for b in range(2 * g)]
+    pairs += [(rng.randrange(gpus), rng.randrange(gpus)) for _ in range(3000)]
+    pairs += [(a, gpus - 1 - a) for a in range(0, gpus, max(1, gpus // 200))]
+    seen: dict[object, list[tuple[float, float]]] = {}
+    for src, dst in pairs:
+        params = [(link.bandwidth_Bps, link.latency_s) for link in topo.route(src, dst)]
+        assert seen.setdefault(topo.route_class(src, dst), params) == params, (src, dst)
+    assert len(seen) > 3
+    with pytest.raises(SimgridError, match=r"src = 1.5 is outside the cluster"):
+        topo.route_class(1.5, 0)  # type: ignore[arg-type]

@@ -4,8 +4,14 @@ Rules (one buffer per compute unit, i.e. per sub-block or per stage, and micro-b
 
 * after a forward op: ALLOC of ``BlockCost.activation_bytes`` summed over its blocks (what the recompute
   policy keeps for the backward; Korthikanti et al. 2022, table 2);
-* after a recompute op: ALLOC of what recomputation rebuilds (the activations with recompute off minus
-  those kept);
+* after a recompute op: ALLOC of what recomputation holds at once: the activations with recompute off
+  minus those kept, for ONE transformer layer (the largest in the op's range). Megatron-LM checkpoints
+  per layer and recomputes each layer's forward right before that layer's backward, so only one
+  layer's rebuilt activations are live (Korthikanti et al. 2022, section 5; the analytic model's
+  :func:`simgrid.memory.recompute_working_bytes` counts the same). At block granularity an R op covers
+  one sub-block, so this is that sub-block's rebuilt bytes; at stage granularity one R op stands for a
+  whole stage's per-layer recomputes, and allocating the whole stage's rebuilt activations would
+  overstate the peak by (layers per stage - 1) layers' worth;
 * both are freed after the op that last needs them: the full backward B or, when the backward is split,
   the weight-gradient W. W needs the inputs of every linear layer, which are most of the saved
   activations, so keeping the whole buffer until W is a simple upper bound (Qi et al. 2023, section 3,
@@ -22,6 +28,23 @@ def activation_name(op: Compute, recomputed: bool = False) -> str:
     """Buffer name of the activations of one compute unit and micro-batch."""
     prefix = "rec" if recomputed else "act"
     return f"{prefix}:s{op.stage}:m{op.microbatch}:b{op.block_start}-{op.block_end}"
+
+
+def recompute_working_bytes(ctx: LoweringContext, block_start: int, block_end: int) -> int:
+    """Bytes a recompute of blocks ``[block_start, block_end)`` holds at once: the rebuilt activations
+    of its largest layer (blocks ``1+2i`` and ``2+2i`` are layer ``i``; the embedding and head blocks
+    count on their own)."""
+    memo = ctx.memo["recompute_working"]
+    key = (block_start, block_end)
+    found = memo.get(key)
+    if found is None:
+        per_layer: dict[int, int] = {}
+        for b in range(block_start, block_end):
+            rebuilt = max(0, ctx.full_activation_bytes(b) - int(ctx.cost(b).activation_bytes))
+            layer = (b - 1) // 2  # -1 for the embedding block, num_layers for the head block
+            per_layer[layer] = per_layer.get(layer, 0) + rebuilt
+        found = memo[key] = max(per_layer.values(), default=0)
+    return int(found)
 
 
 def add_activation_memory(ctx: LoweringContext, role: Role) -> Role:
@@ -44,7 +67,7 @@ def add_activation_memory(ctx: LoweringContext, role: Role) -> Role:
                 new_ops.append(Alloc(name=name, bytes=size, category="activations"))
                 live.add(name)
             elif op.kind == "R":
-                size = sum(max(0, ctx.full_activation_bytes(b) - int(ctx.cost(b).activation_bytes)) for b in blocks)
+                size = recompute_working_bytes(ctx, op.block_start, op.block_end)
                 name = activation_name(op, recomputed=True)
                 new_ops.append(Alloc(name=name, bytes=size, category="activations"))
                 live.add(name)

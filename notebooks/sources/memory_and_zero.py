@@ -1,0 +1,144 @@
+# %% [markdown]
+# # Memory: what fits where, ZeRO stages, memory over time
+#
+# Training memory per GPU is model states (weights, gradients, optimizer states: 16 bytes per
+# parameter for mixed-precision Adam, Rajbhandari et al. 2020), activations saved for the backward
+# (Korthikanti et al. 2022), and communication buffers. Parallelism and ZeRO divide these in
+# different ways. The analytic estimate (`simgrid.memory.estimate_memory`) answers "does it fit?"
+# instantly; a simulated trace shows memory over time.
+
+# %%
+# %matplotlib inline
+import pandas as pd
+from IPython.display import Markdown, display
+from matplotlib.figure import Figure
+
+from simgrid.hardware import load_gpu
+from simgrid.layout import Layout
+from simgrid.memory import estimate_memory
+from simgrid.model import get_model, param_count
+from simgrid.plots import plot_memory_breakdown, plot_memory_timeline
+from simgrid.simulate import simulate
+
+GIB = 2**30
+GPUS = {name: load_gpu(name) for name in ("rtx-4090", "a100-80gb-sxm", "h100-sxm")}
+MODELS = ["llama2-7b", "llama2-13b", "llama2-70b"]
+for gpu in GPUS.values():
+    print(f"{gpu.name:15s} {gpu.memory_GiB:5.0f} GiB")
+
+# %% [markdown]
+# ## What fits where
+#
+# Three ways to train each model, all with micro-batch 1 and full activation recompute (the
+# smallest activation footprint): one GPU alone, eight GPUs with data parallelism and ZeRO-3,
+# and eight GPUs with tensor parallelism 8. The table gives GiB per GPU and whether it fits.
+
+# %%
+OPTIONS = {
+    "1 GPU": Layout(recompute="full"),
+    "8 GPUs, ZeRO-3": Layout(dp=8, zero=3, recompute="full"),
+    "8 GPUs, TP 8": Layout(tp=8, recompute="full", sequence_parallel=True),
+}
+rows = []
+for name in MODELS:
+    model = get_model(name)
+    for option, layout in OPTIONS.items():
+        row = {"model": f"{name} ({param_count(model) / 1e9:.0f}B)", "layout": option}
+        for gpu_name, gpu in GPUS.items():
+            est = estimate_memory(model, layout, gpu)
+            row[gpu_name] = f"{est.total_bytes / GIB:.0f} GiB {'fits' if est.fits else 'NO'}"
+        rows.append(row)
+pd.DataFrame(rows).set_index(["model", "layout"])
+
+# %% [markdown]
+# And the fewest GPUs that can train each model with ZeRO-3 data parallelism (model states shard
+# over the GPUs; activations do not):
+
+# %%
+def fewest_gpus(model, gpu, limit=1024):
+    gpus = 1
+    while gpus <= limit:
+        if estimate_memory(model, Layout(dp=gpus, zero=3, recompute="full", global_batch_size=gpus), gpu).fits:
+            return gpus
+        gpus *= 2
+    return None
+
+fewest = pd.DataFrame({gpu_name: {name: fewest_gpus(get_model(name), gpu) for name in MODELS}
+                       for gpu_name, gpu in GPUS.items()})
+display(fewest)
+
+# %%
+display(Markdown(
+    f"Llama 2 7B needs at least **{fewest.loc['llama2-7b', 'rtx-4090']}** RTX 4090s but "
+    f"**{fewest.loc['llama2-7b', 'a100-80gb-sxm']}** A100/H100 80 GB with ZeRO-3; Llama 2 70B needs "
+    f"**{fewest.loc['llama2-70b', 'rtx-4090']}** RTX 4090s or **{fewest.loc['llama2-70b', 'h100-sxm']}** "
+    "H100s. A100 80 GB and H100 80 GB give identical answers: capacity, not speed, decides what fits."
+))
+
+# %% [markdown]
+# ## ZeRO stages compared
+#
+# Llama 2 7B on 8 GPUs with data parallelism: ZeRO-1 shards the optimizer states, ZeRO-2 also the
+# gradients, ZeRO-3 also the weights (Rajbhandari et al. 2020, Figure 1). Stacked per category,
+# against the capacity of an RTX 4090 (24 GiB); the A100/H100 have 80 GiB.
+
+# %%
+model = get_model("llama2-7b")
+estimates = {}
+for zero in range(4):
+    estimates[f"ZeRO-{zero}" if zero else "DP (no ZeRO)"] = estimate_memory(
+        model, Layout(dp=8, zero=zero, recompute="full", global_batch_size=8))
+breakdown = pd.DataFrame({label: est.breakdown for label, est in estimates.items()}).T / GIB
+breakdown["total"] = breakdown.sum(axis=1)
+
+rtx_capacity = GPUS["rtx-4090"].memory_bytes
+fig = plot_memory_breakdown(estimates, capacity_bytes=rtx_capacity,
+                            title="Llama 2 7B, 8-way data parallel, full recompute, micro-batch 1 (line: RTX 4090)")
+display(fig)
+breakdown.round(2)
+
+# %%
+display(Markdown(
+    f"Without ZeRO each GPU holds {breakdown.loc['DP (no ZeRO)', 'total']:.1f} GiB; ZeRO-1 brings it to "
+    f"{breakdown.loc['ZeRO-1', 'total']:.1f} GiB, ZeRO-2 to {breakdown.loc['ZeRO-2', 'total']:.1f} GiB and "
+    f"ZeRO-3 to {breakdown.loc['ZeRO-3', 'total']:.1f} GiB. On a {GPUS['rtx-4090'].memory_GiB:.0f} GiB "
+    f"RTX 4090 this fits with: **{', '.join(l for l, e in estimates.items() if e.total_bytes <= rtx_capacity) or 'none'}**."
+))
+
+# %% [markdown]
+# ## Memory over time: GPipe vs 1F1B
+#
+# The simulated program allocates and frees memory as the schedule runs, so each rank has a
+# memory timeline. GPipe runs every forward before any backward, so the first stage holds the
+# activations of all `m` micro-batches at once; 1F1B starts backwards early and holds at most `p`
+# (Narayanan et al., SC'21, sec. 2.2). Llama 2 7B on one DGX A100 node: 4 pipeline stages x 2
+# replicas with ZeRO-1, 16 micro-batches per replica, selective recompute.
+
+# %%
+timelines = {}
+for schedule in ("gpipe", "1f1b"):
+    layout = Layout(dp=2, pp=4, schedule=schedule, micro_batch_size=1, global_batch_size=32, zero=1,
+                    recompute="selective")
+    res = simulate(model, "dgx-a100-hdr", layout)
+    timelines[schedule] = res
+
+fig = Figure(figsize=(14, 4.5), layout="constrained")
+axes = fig.subplots(1, 2, sharey=True)
+for ax, (schedule, res) in zip(axes, timelines.items(), strict=True):
+    plot_memory_timeline(res.memory, ax=ax, title=f"{schedule}: one rank per pipeline stage")
+display(fig)
+
+# %%
+g, o = (timelines[s].memory.timelines[0] for s in ("gpipe", "1f1b"))
+display(Markdown(
+    f"On the first stage GPipe peaks at **{g.peak_bytes / GIB:.1f} GiB** "
+    f"({g.peak_by_category.get('activations', 0) / GIB:.1f} GiB of activations) and 1F1B at "
+    f"**{o.peak_bytes / GIB:.1f} GiB** ({o.peak_by_category.get('activations', 0) / GIB:.1f} GiB) against "
+    f"{timelines['1f1b'].metrics.memory_capacity_bytes / GIB:.0f} GiB of capacity: GPipe "
+    f"{'fits' if timelines['gpipe'].metrics.fits else 'does NOT fit'}, 1F1B "
+    f"{'fits' if timelines['1f1b'].metrics.fits else 'does NOT fit'} (worst rank: "
+    f"{timelines['gpipe'].metrics.peak_memory_bytes / GIB:.1f} GiB vs "
+    f"{timelines['1f1b'].metrics.peak_memory_bytes / GIB:.1f} GiB). The steps take "
+    f"{timelines['gpipe'].metrics.step_time_s:.2f} s and {timelines['1f1b'].metrics.step_time_s:.2f} s: "
+    "1F1B buys memory, not time."
+))

@@ -1,0 +1,178 @@
+"""``simgrid sweep``: search every valid layout, drop what does not fit, simulate and rank the rest."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from simgrid.cli.common import add_model_args, model_from_args, positive_int, print_json
+from simgrid.errors import SimgridError
+from simgrid.layout import RECOMPUTE_POLICIES
+
+#: Keys of each ``--json`` entry (the issue's contract), in this order.
+JSON_KEYS = ("dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "step_time_s", "mfu",
+             "peak_memory_bytes")
+
+EPILOG = """\
+examples:
+  simgrid sweep --model gpt3-175b --cluster dgx-a100-hdr --gpus 1024 --gbs 1536 \\
+      --recompute full --mbs 1,2 --top 10 --out sweep.csv
+  simgrid sweep --model llama2-7b --cluster dgx-a100-hdr --gpus 64 --gbs 256 --tp 2 --json
+  simgrid plot sweep.csv --kind heatmap --out heatmap.png
+"""
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``sweep`` sub-command."""
+    from simgrid.sweep.constraints import PIPELINE_SCHEDULES
+
+    p = subparsers.add_parser(
+        "sweep",
+        help="search layouts (dp, tp, pp, vpp, ZeRO, micro-batch, schedule, recompute) for the fastest",
+        description=(
+            "Enumerate every valid layout of a model on N GPUs, drop those that do not fit in memory, "
+            "simulate the rest in parallel worker processes and print the best."
+        ),
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_model_args(p)
+    p.add_argument("--cluster", required=True, help="cluster profile name (see `simgrid profiles`)")
+    p.add_argument("--gpus", type=positive_int, required=True, help="GPUs in the run")
+    p.add_argument("--gbs", type=positive_int, required=True, help="global batch in sequences")
+    c = p.add_argument_group("constraints (default: search everything)")
+    c.add_argument("--tp", type=positive_int, help="fixed tensor-parallel degree")
+    c.add_argument("--max-tp", type=positive_int, help="largest tensor-parallel degree (default: GPUs per node)")
+    c.add_argument("--pp", type=positive_int, help="fixed pipeline-parallel degree")
+    c.add_argument("--max-pp", type=positive_int, help="largest pipeline-parallel degree")
+    c.add_argument("--dp", type=positive_int, help="fixed data-parallel degree")
+    c.add_argument("--max-dp", type=positive_int, help="largest data-parallel degree")
+    c.add_argument("--schedules", type=_choices(PIPELINE_SCHEDULES),
+                   help=f"comma-separated pipeline schedules to try (default: {','.join(PIPELINE_SCHEDULES)})")
+    c.add_argument("--zero", type=_int_choices((0, 1, 2, 3)), help="comma-separated ZeRO stages (default: 0,1,2,3)")
+    c.add_argument("--recompute", type=_choices(RECOMPUTE_POLICIES),
+                   help="comma-separated recompute policies (default: none,selective,full)")
+    c.add_argument("--mbs", type=_positive_ints, help="comma-separated micro-batch sizes to try")
+    c.add_argument("--max-mbs", type=positive_int, default=8, help="largest micro-batch size (default 8)")
+    c.add_argument("--max-vpp", type=positive_int, default=8, help="largest interleaving degree (default 8)")
+    c.add_argument("--tp-across-nodes", action="store_true", help="let tensor parallelism span nodes")
+    c.add_argument("--uneven-stages", action="store_true", help="also try pp * vpp not dividing the layer count")
+    c.add_argument("--sequence-parallel", choices=("off", "on", "both"), default="off",
+                   help="Megatron sequence parallelism for tp > 1 (default off)")
+    o = p.add_argument_group("output")
+    o.add_argument("--top", type=positive_int, default=10, help="layouts to print (default 10)")
+    o.add_argument("--out", help="write every simulated layout, ranked, to this CSV file")
+    o.add_argument("--json", action="store_true", help="print a JSON list, best first, instead of a table")
+    o.add_argument("--workers", type=positive_int, help="worker processes (default: CPU count)")
+    c.add_argument("--no-prune", action="store_true",
+                   help="also simulate layouts that fit with less recompute too (they cannot be faster)")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sweep and print the ranking and the account of dropped layouts."""
+    from simgrid.sweep import sweep
+
+    model = model_from_args(args)
+    constraints = constraints_from_args(args)
+    if args.out:
+        _check_writable(args.out)
+    result = sweep(
+        model, args.cluster, args.gpus, args.gbs, constraints=constraints, workers=args.workers,
+        progress=not args.no_progress and not args.json, prune_recompute=not args.no_prune,
+    )
+    if args.out:
+        result.table.to_csv(args.out, index=False)
+    shown = result.table.head(args.top)
+    if args.json:
+        print_json([{k: _json_value(row[k]) for k in JSON_KEYS} for row in shown.to_dict("records")])
+        return 0
+    print(f"{model.name} on {args.gpus} GPUs of {args.cluster}, global batch {args.gbs}, "
+          f"seq {model.seq_length}; constraints: {constraints.describe()}")
+    for line in result.summary_lines():
+        print(line)
+    if shown.empty:
+        print("no layout could be simulated; relax the constraints or add GPUs", file=sys.stderr)
+        return 1
+    print()
+    print(format_table(shown))
+    if args.out:
+        print(f"\nwrote {len(result.table)} layouts to {args.out}")
+    return 0
+
+
+def constraints_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`SweepConstraints` the flags describe."""
+    from simgrid.sweep import SweepConstraints
+    from simgrid.sweep.constraints import PIPELINE_SCHEDULES, ZERO_STAGES
+
+    sp = {"off": (False,), "on": (True,), "both": (False, True)}[args.sequence_parallel]
+    constraints: Any = SweepConstraints(
+        tp=args.tp, max_tp=args.max_tp, pp=args.pp, max_pp=args.max_pp, dp=args.dp, max_dp=args.max_dp,
+        schedules=args.schedules or PIPELINE_SCHEDULES, zero_stages=args.zero or ZERO_STAGES,
+        recompute=args.recompute or RECOMPUTE_POLICIES, max_mbs=args.max_mbs, micro_batch_sizes=args.mbs,
+        max_vpp=args.max_vpp, allow_tp_across_nodes=args.tp_across_nodes, sequence_parallel=sp,
+        allow_uneven_stages=args.uneven_stages,
+    )
+    return constraints
+
+
+def format_table(df: Any) -> str:
+    """The ranked rows as a fixed-width text table."""
+    header = (f"{'#':>3} {'dp':>5} {'tp':>3} {'pp':>3} {'vpp':>3} {'zero':>4} {'mbs':>3} {'schedule':<16} "
+              f"{'recompute':<9} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'memory GiB':>10} fits")
+    lines = [header, "-" * len(header)]
+    for i, row in enumerate(df.to_dict("records"), start=1):
+        sp = " sp" if row.get("sequence_parallel") else ""
+        lines.append(
+            f"{i:>3} {row['dp']:>5} {row['tp']:>3} {row['pp']:>3} {row['vpp']:>3} {row['zero']:>4} "
+            f"{row['mbs']:>3} {row['schedule']:<16} {row['recompute'] + sp:<9} {row['step_time_s']:>9.3f} "
+            f"{row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% {row['peak_memory_bytes'] / 1024**3:>10.1f} "
+            f"{'yes' if row['fits'] else 'NO'}"
+        )
+    return "\n".join(lines)
+
+
+def _choices(allowed: tuple[str, ...]) -> Any:
+    def parse(text: str) -> tuple[str, ...]:
+        values = tuple(v.strip() for v in text.split(",") if v.strip())
+        bad = [v for v in values if v not in allowed]
+        if bad or not values:
+            raise argparse.ArgumentTypeError(f"{text!r}: use a comma-separated subset of {','.join(allowed)}")
+        return values
+
+    return parse
+
+
+def _int_choices(allowed: tuple[int, ...]) -> Any:
+    def parse(text: str) -> tuple[int, ...]:
+        try:
+            values = tuple(int(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+        if not values or any(v not in allowed for v in values):
+            raise argparse.ArgumentTypeError(f"{text!r}: use a comma-separated subset of {allowed}")
+        return values
+
+    return parse
+
+
+def _positive_ints(text: str) -> tuple[int, ...]:
+    values = tuple(positive_int(v.strip()) for v in text.split(",") if v.strip())
+    if not values:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated positive integers, e.g. 1,2,4")
+    return values
+
+
+def _check_writable(path: str) -> None:
+    parent = Path(path).resolve().parent
+    if not parent.is_dir():
+        raise SimgridError(f"--out {path}: directory {parent} does not exist")
+
+
+def _json_value(value: Any) -> Any:
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value

@@ -1,0 +1,73 @@
+"""``simgrid-exec``: doctor's checks and fixes, and clear one-line errors for bad input."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+pytest.importorskip("torch")
+
+from executor.cli import doctor_checks, main
+from executor.launch import free_port
+
+
+def test_doctor_reports_gloo_and_a_busy_master_port(monkeypatch: pytest.MonkeyPatch,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """gloo is found; a MASTER_PORT already bound fails with what to do; exit status 1."""
+    port = free_port()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as busy:
+        busy.bind(("127.0.0.1", port))
+        busy.listen()
+        monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+        monkeypatch.setenv("MASTER_PORT", str(port))
+        checks = {name: (ok, detail) for name, ok, detail in doctor_checks()}
+        assert checks["gloo backend"][0]
+        ok, detail = checks[f"MASTER_PORT {port}"]
+        assert not ok and "another process uses it; pick another port" in detail
+        assert main(["doctor"]) == 1
+    assert f"[FAIL] MASTER_PORT {port}" in capsys.readouterr().out
+
+
+def test_doctor_flags_an_unresolvable_master_addr(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host name that does not resolve is a failed check that says to fix MASTER_ADDR."""
+    monkeypatch.setenv("MASTER_ADDR", "no-such-host.invalid")
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    checks = {name: (ok, detail) for name, ok, detail in doctor_checks()}
+    ok, detail = checks["MASTER_ADDR no-such-host.invalid"]
+    assert not ok and "set MASTER_ADDR" in detail
+
+
+def test_validate_without_profile_says_to_calibrate(capsys: pytest.CaptureFixture[str]) -> None:
+    """validate with a missing profile exits 2 and names the command that writes one."""
+    assert main(["validate", "--dp", "2", "--profile", "/nonexistent/p.toml"]) == 2
+    assert "run `simgrid-exec calibrate --out /nonexistent/p.toml` first" in capsys.readouterr().err
+
+
+def test_run_with_an_invalid_layout_fails_before_launch(capsys: pytest.CaptureFixture[str]) -> None:
+    """tp = 3 does not divide tiny-gpt's 4 heads: exit 2 with the layout rule, no process started."""
+    assert main(["run", "--tp", "3"]) == 2
+    assert "tp = 3 does not divide the 4 attention heads" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_run_a_saved_program_file_and_write_its_trace(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`run --program F.json --trace T --json` runs the saved Program and writes a Perfetto trace."""
+    import json
+
+    from simgrid.ir.jsonio import save_program
+    from simgrid.layout.spec import Layout
+    from simgrid.model.presets import get_model
+    from simgrid.schedules import build_program
+
+    program = build_program(get_model("tiny-gpt"), Layout(pp=2, global_batch_size=2, precision="fp32"))
+    save_program(program, tmp_path / "p.json")
+    trace = tmp_path / "trace.json"
+    assert main(["run", "--program", str(tmp_path / "p.json"), "--steps", "2", "--trace", str(trace),
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["world_size"] == 2 and len(summary["losses"]) == 2
+    assert summary["losses"][1] < summary["losses"][0]
+    events = json.loads(trace.read_text())
+    assert events["traceEvents"]

@@ -1,0 +1,91 @@
+"""`simgrid sweep`: table and JSON output, CSV file, memory-drop account, flag errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from simgrid.cli.main import main
+from simgrid.sweep import enumerate_layouts
+
+TINY = ["--model", "tiny-gpt", "--cluster", "dgx-a100-hdr", "--gpus", "4", "--gbs", "8",
+        "--recompute", "none", "--zero", "0", "--schedules", "1f1b", "--max-mbs", "2", "--workers", "1"]
+
+
+def test_json_lists_the_issue_keys_best_first(capsys: pytest.CaptureFixture[str]) -> None:
+    """--json prints a list of objects with exactly the contract keys, sorted by step time."""
+    assert main(["sweep", *TINY, "--json", "--top", "5"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert 1 <= len(data) <= 5
+    keys = {"dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "step_time_s", "mfu",
+            "peak_memory_bytes"}
+    assert all(set(entry) == keys for entry in data)
+    steps = [entry["step_time_s"] for entry in data]
+    assert steps == sorted(steps)
+    assert all(e["dp"] * e["tp"] * e["pp"] == 4 for e in data)
+
+
+def test_table_output_and_csv_cover_every_simulated_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The text report counts layouts; --out writes one ranked CSV row per enumerated layout."""
+    out = tmp_path / "sweep.csv"
+    assert main(["sweep", *TINY, "--top", "3", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    # tiny-gpt: 4 GPUs, 1F1B, zero 0, mbs in {1, 2} dividing 8/dp: the enumeration is the brute-force truth.
+    from simgrid.model import get_model
+    from simgrid.sweep import SweepConstraints
+
+    expected = enumerate_layouts(
+        get_model("tiny-gpt"), 8, gpus=4, global_batch=8,
+        constraints=SweepConstraints(recompute=("none",), zero_stages=(0,), schedules=("1f1b",), max_mbs=2),
+    )
+    assert f"valid layouts: {len(expected)}" in text
+    assert "step s" in text and "MFU" in text
+    df = pd.read_csv(out)
+    assert len(df) == len(expected)
+    assert list(df["step_time_s"]) == sorted(df["step_time_s"])
+
+
+def test_layouts_that_cannot_fit_are_reported_with_the_dominant_category(capsys: pytest.CaptureFixture[str]) -> None:
+    """gpt3-175b on 8 GPUs without ZeRO-3: 175e9 params x 16 B/8 GPUs = 350 GB > 80 GB, so nothing fits."""
+    code = main(["sweep", "--model", "gpt3-175b", "--cluster", "dgx-a100-hdr", "--gpus", "8", "--gbs", "8",
+                 "--recompute", "full", "--zero", "0", "--schedules", "1f1b", "--mbs", "1", "--workers", "1"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "simulated: 0" in captured.out
+    line = next(li for li in captured.out.splitlines() if li.startswith("dropped for memory"))
+    assert "dominant in" in line
+    assert "no layout could be simulated" in captured.err
+
+
+@pytest.mark.parametrize(
+    ("flags", "match"),
+    [
+        (["--schedules", "1f1b,warp"], "use a comma-separated subset of"),
+        (["--zero", "5"], "use a comma-separated subset of"),
+        (["--mbs", "0"], "must be a positive integer"),
+    ],
+)
+def test_bad_flags_are_one_line_errors(flags: list[str], match: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse rejects malformed constraint lists with a message naming the value."""
+    with pytest.raises(SystemExit) as exc:
+        main(["sweep", *TINY, *flags])
+    assert exc.value.code == 2
+    assert match in capsys.readouterr().err
+
+
+def test_contradicting_constraints_are_a_one_line_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """--tp 8 --max-tp 4 is refused by SweepConstraints; main prints one line and exits 2."""
+    assert main(["sweep", *TINY, "--tp", "8", "--max-tp", "4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0
+    assert "tp = 8 and max_tp = 4 contradict" in err
+
+
+def test_help_has_an_example(capsys: pytest.CaptureFixture[str]) -> None:
+    """--help shows an example command line."""
+    with pytest.raises(SystemExit):
+        main(["sweep", "--help"])
+    assert "simgrid sweep --model gpt3-175b" in capsys.readouterr().out

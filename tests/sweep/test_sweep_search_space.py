@@ -1,0 +1,149 @@
+"""Layout enumeration: which layouts the search generates, which it drops, and the constraint rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from simgrid.errors import LayoutError
+from simgrid.layout import check_layout
+from simgrid.model.spec import ModelSpec
+from simgrid.sweep import SweepConstraints, enumerate_layout_space, enumerate_layouts
+
+# 4 heads and 4 layers keep the space small enough to reason about by hand.
+SMALL = ModelSpec(name="small", num_layers=4, hidden_size=64, num_heads=4, vocab_size=128, seq_length=64)
+EIGHT_LAYERS = ModelSpec(name="eight", num_layers=8, hidden_size=64, num_heads=4, vocab_size=128, seq_length=64)
+
+
+def test_every_enumerated_layout_is_valid_unique_and_uses_all_gpus() -> None:
+    """Each layout passes check_layout, has dp*tp*pp = gpus, and appears once."""
+    layouts = enumerate_layouts(SMALL, 4, gpus=8, global_batch=16)
+    assert layouts
+    for layout in layouts:
+        check_layout(SMALL, layout)
+        assert layout.world_size == 8
+        assert layout.gbs == 16
+    assert len(set(layouts)) == len(layouts)
+
+
+def test_degree_pairs_match_hand_derivation() -> None:
+    """tp: powers of two <= 4 GPUs/node dividing 4 heads; pp divides 8/tp and the 4 layers."""
+    layouts = enumerate_layouts(SMALL, 4, gpus=8, global_batch=16)
+    pairs = {(lay.tp, lay.pp) for lay in layouts}
+    assert pairs == {(1, 1), (1, 2), (1, 4), (2, 1), (2, 2), (2, 4), (4, 1), (4, 2)}
+
+
+def test_tp_stays_inside_a_node_unless_allowed() -> None:
+    """With 2 GPUs per node tp <= 2; allowing tp across nodes admits tp = 4 (which divides 4 heads)."""
+    inside = {lay.tp for lay in enumerate_layouts(SMALL, 2, gpus=8, global_batch=16)}
+    across = {
+        lay.tp
+        for lay in enumerate_layouts(
+            SMALL, 2, gpus=8, global_batch=16, constraints=SweepConstraints(allow_tp_across_nodes=True)
+        )
+    }
+    assert inside == {1, 2}
+    assert across == {1, 2, 4}
+
+
+def test_fixed_degrees_count_exactly() -> None:
+    """tp=2, pp=2 (dp=2), gbs 16, 1F1B, zero 0-3, recompute none/full, mbs up to 8.
+
+    By hand: mbs divides 16/2 = 8 -> {1, 2, 4, 8}; ZeRO-2/3 are refused with pp > 1, so zero in {0, 1}:
+    valid = 2 zero x 4 mbs x 2 recompute = 16, and the 16 zero-2/3 candidates are dropped as invalid.
+    """
+    constraints = SweepConstraints(tp=2, pp=2, schedules=("1f1b",), recompute=("none", "full"))
+    space = enumerate_layout_space(SMALL, 4, gpus=8, global_batch=16, constraints=constraints)
+    assert len(space.layouts) == 16
+    assert space.invalid == 16
+    assert space.tried == 32
+    assert {lay.zero for lay in space.layouts} == {0, 1}
+    assert {lay.micro_batch_size for lay in space.layouts} == {1, 2, 4, 8}
+    (reason,) = space.invalid_reasons
+    assert "ZeRO" in reason and "N" in reason  # numbers are blanked so equal rules group together
+
+
+def test_interleaved_vpp_must_divide_layers_and_microbatches_a_multiple_of_pp() -> None:
+    """8 layers, pp = 2: vpp in {2, 4} (pp*vpp | 8); m = 16/(mbs*dp) must be a multiple of pp."""
+    constraints = SweepConstraints(
+        tp=1, pp=2, schedules=("interleaved-1f1b",), zero_stages=(0,), recompute=("none",)
+    )
+    space = enumerate_layout_space(EIGHT_LAYERS, 8, gpus=4, global_batch=16, constraints=constraints)
+    got = {(lay.vpp, lay.micro_batch_size) for lay in space.layouts}
+    # dp = 2, so m = 8/mbs: mbs 1 -> 8, 2 -> 4, 4 -> 2, 8 -> 1 (odd: refused for pp = 2).
+    assert got == {(v, m) for v in (2, 4) for m in (1, 2, 4)}
+    assert all(lay.schedule == "interleaved-1f1b" for lay in space.layouts)
+    assert any("multiple of pp" in r for r in space.invalid_reasons)  # mbs = 8
+
+
+def test_uneven_stages_only_when_allowed() -> None:
+    """pp * vpp must divide the layers by default; allow_uneven_stages admits 8 layers on pp*vpp = 6."""
+    base = {"tp": 1, "pp": 2, "schedules": ("interleaved-1f1b",), "zero_stages": (0,), "recompute": ("none",)}
+    even = enumerate_layouts(EIGHT_LAYERS, 8, gpus=4, global_batch=16, constraints=SweepConstraints(**base))
+    uneven = enumerate_layouts(
+        EIGHT_LAYERS, 8, gpus=4, global_batch=16, constraints=SweepConstraints(allow_uneven_stages=True, **base)
+    )
+    assert {lay.vpp for lay in even} == {2, 4}
+    assert {lay.vpp for lay in uneven} == {2, 3, 4}
+    assert {lay.pp for lay in enumerate_layouts(SMALL, 8, gpus=8, global_batch=8)} == {1, 2, 4}
+
+
+def test_pp1_uses_no_schedule_and_dp1_tries_only_zero0() -> None:
+    """pp = 1 layouts have schedule 'none'; a single replica (dp = 1) is only tried with ZeRO 0."""
+    layouts = enumerate_layouts(SMALL, 8, gpus=4, global_batch=8)
+    assert all(lay.schedule == "none" for lay in layouts if lay.pp == 1)
+    assert all(lay.schedule != "none" for lay in layouts if lay.pp > 1)
+    assert {lay.zero for lay in layouts if lay.dp == 1} == {0}
+    assert {lay.zero for lay in layouts if lay.dp > 1 and lay.pp == 1} == {0, 1, 2, 3}
+
+
+def test_micro_batch_sizes_divide_the_per_replica_batch_and_respect_the_cap() -> None:
+    """mbs divides gbs/dp and is at most max_mbs."""
+    layouts = enumerate_layouts(SMALL, 4, gpus=4, global_batch=48, constraints=SweepConstraints(max_mbs=4))
+    for lay in layouts:
+        assert (48 // lay.dp) % lay.micro_batch_size == 0
+        assert lay.micro_batch_size <= 4
+    assert {lay.micro_batch_size for lay in layouts if lay.dp == 4} == {1, 2, 3, 4}
+
+
+def test_global_batch_not_divisible_by_dp_is_dropped_with_its_reason() -> None:
+    """gbs 6 on 4 GPUs: dp = 4 does not divide 6, so tp=1 pp=1 is invalid and counted."""
+    space = enumerate_layout_space(SMALL, 4, gpus=4, global_batch=6)
+    assert all(lay.dp in (1, 2) for lay in space.layouts)
+    assert any("not divisible" in r for r in space.invalid_reasons)
+
+
+def test_sequence_parallel_is_only_tried_with_tensor_parallelism() -> None:
+    """sequence_parallel=(False, True) doubles the tp > 1 layouts only."""
+    both = SweepConstraints(sequence_parallel=(False, True))
+    layouts = enumerate_layouts(SMALL, 4, gpus=4, global_batch=8, constraints=both)
+    assert not any(lay.sequence_parallel for lay in layouts if lay.tp == 1)
+    assert any(lay.sequence_parallel for lay in layouts if lay.tp > 1)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"max_tp": 0}, "max_tp = 0 must be a positive integer"),
+        ({"schedules": ("none",)}, "schedules has \\['none'\\]"),
+        ({"zero_stages": (4,)}, "zero_stages has \\[4\\]"),
+        ({"recompute": ()}, "recompute = \\(\\) must be a non-empty tuple"),
+        ({"tp": 8, "max_tp": 4}, "tp = 8 and max_tp = 4 contradict"),
+        ({"micro_batch_sizes": (0,)}, "micro_batch_sizes = \\(0,\\)"),
+    ],
+)
+def test_bad_constraints_name_the_field(kwargs: dict[str, object], match: str) -> None:
+    """Invalid constraints raise LayoutError naming the field and value."""
+    with pytest.raises(LayoutError, match=match):
+        SweepConstraints(**kwargs)  # type: ignore[arg-type]
+
+
+def test_bad_gpu_count_is_an_error() -> None:
+    """gpus must be a positive integer."""
+    with pytest.raises(LayoutError, match="gpus = 0 must be a positive integer"):
+        enumerate_layouts(SMALL, 4, gpus=0, global_batch=8)
+
+
+def test_describe_lists_only_changed_constraints() -> None:
+    """describe() is 'defaults' for defaults and name=value for changes."""
+    assert SweepConstraints().describe() == "defaults"
+    assert SweepConstraints(tp=8, recompute=("full",)).describe() == "tp=8, recompute=full"
