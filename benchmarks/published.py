@@ -41,7 +41,7 @@ from typing import Any
 from simgrid.ir import Compute
 from simgrid.layout import Layout
 from simgrid.memory import model_states_for_params
-from simgrid.simulate import SimulationResult, simulate
+from simgrid.simulation import SimulationResult, simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling modules below live beside this script
 from published_data import (

@@ -32,7 +32,7 @@ def main() -> None:
     parser.add_argument("--cluster", default="dgx-a100-hdr")
     parser.add_argument("--gpus", type=int, default=64)
     parser.add_argument("--gbs", type=int, default=256)
-    parser.add_argument("--limit", type=int, default=40, help="layouts to simulate (spread over the space)")
+    parser.add_argument("--limit", type=int, default=500, help="layouts to simulate (spread over the space)")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     args = parser.parse_args()
 

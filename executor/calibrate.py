@@ -32,8 +32,10 @@ import torch
 import torch.distributed as dist
 
 from executor.comm import all_gather_dim0, reduce_scatter_dim0
+from executor.costmodel import LOOP_KEY, compute_key, host_keys, median_rows
+from executor.interpreter import RankInterpreter, StepResult
 from executor.launch import LaunchConfig, RankContext, spawn_world
-from executor.runner import Job, run_programs
+from executor.runner import _make_groups
 from simgrid.hardware import (
     DTYPES,
     ClusterSpec,
@@ -46,8 +48,8 @@ from simgrid.hardware import (
     load_cluster_spec,
     write_profile,
 )
-from simgrid.ir.ops import Compute
-from simgrid.ir.text import parse_op
+from simgrid.ir.jsonio import program_from_json, program_to_json
+from simgrid.ir.ops import Collective, Compute, Op, Recv, Send, Transfer, Wait
 from simgrid.layout.spec import Layout
 from simgrid.model.spec import ModelSpec
 from simgrid.schedules import build_program
@@ -55,8 +57,16 @@ from simgrid.schedules import build_program
 COLLECTIVE_SIZES_BYTES = (256, 2048, 8192, 32768, 131072, 524288, 2097152)
 """Message sizes measured per collective (the tiny model's TP/DP messages fall between 128 B and 1 MB)."""
 REPEATS = 15
-"""Timed repetitions per size (the fastest is kept), after 3 warm-up runs."""
+"""Timed repetitions per size (the median is kept), after 3 warm-up runs."""
 MEASURED_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
+SLOWDOWN_MESSAGE_BYTES = 1 << 20
+"""Background all-reduce size of the slowdown benchmark (the tiny model's largest DP bucket is ~1 MB)."""
+SLOWDOWN_MATMULS = 96
+"""192x192 matmuls per timed loop (tens of ms on one core: several all-reduces complete meanwhile)."""
+SLOWDOWN_ISSUE_EVERY = 8
+"""Matmuls between two background all-reduces in the slowdown benchmark."""
+SLOWDOWN_REPEATS = 5
+"""Timed (alone, with communication) pairs; the median ratio is kept, after one warm-up pair."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,7 +119,7 @@ def _bench_worker(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
             _time_collective(kind, nbytes, group, size, index, backend)
             if rep >= 3:
                 times.append(time.perf_counter() - start)
-        collectives.append((kind, nbytes, min(times)))
+        collectives.append((kind, nbytes, statistics.median(times)))
     p2p: list[tuple[int, float]] = []
     for nbytes in payload["sizes"]:
         ctx.report_op(f"calibrate send/recv {nbytes} B")
@@ -126,7 +136,7 @@ def _bench_worker(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
                 dist.send(buf, dst=0)
             if rep >= 3:
                 times.append((time.perf_counter() - start) / 2)
-        p2p.append((nbytes, min(times)))
+        p2p.append((nbytes, statistics.median(times)))
     big = torch.ones(16 * 2**20)
     times = []
     for _ in range(5):
@@ -145,49 +155,162 @@ def measure_communication(world_size: int = 2, *, sizes: Sequence[int] = COLLECT
     return dict(results[0])
 
 
-def compute_samples(model: ModelSpec, layouts: Sequence[Layout], *, steps: int = 4,
-                    config: LaunchConfig | None = None) -> list[tuple[Compute, float]]:
-    """(op, seconds) of every GPU-device compute op of the last step of short real runs of ``layouts``."""
-    samples: list[tuple[Compute, float]] = []
+class _TimedInterpreter(RankInterpreter):
+    """The executor's interpreter, timing each op's host work (its own ops are untouched).
+
+    Samples: compute ops by :func:`executor.costmodel.compute_key` (with whether communication was in flight
+    when the op started: compute slows down while gloo's threads run), the host work of every other op by
+    :func:`executor.costmodel.host_keys` (a WAIT's blocking time excluded, its completion callback kept),
+    and the dispatch loop's per-op overhead (step wall time minus the dispatched time, per op).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.samples: list[tuple[str, float, bool]] = []
+        self._issued: dict[str, Op] = {}
+        self._dispatched_s = 0.0
+
+    def _dispatch(self, op: Op, text: str) -> None:
+        busy = bool(self.pending)
+        start = time.perf_counter()
+        self._blocked_s = 0.0
+        comm = self._issued.pop(op.handle, None) if isinstance(op, Wait) else None
+        super()._dispatch(op, text)
+        seconds = time.perf_counter() - start
+        self._dispatched_s += seconds
+        if isinstance(op, Compute):
+            if op.device == "gpu":
+                self.samples.append((compute_key(op), seconds, busy))
+            return
+        if isinstance(op, (Collective, Send, Recv, Transfer)):
+            self._issued[op.handle] = op
+        for key in host_keys(op, comm):
+            self.samples.append((key, max(0.0, seconds - self._blocked_s), False))
+
+    def _wait(self, op: Wait, start: Any, text: str) -> None:
+        found = self.pending.get(op.handle)
+        begin = time.perf_counter()
+        if found is not None:
+            for work in found[1].works:
+                work.wait()
+        self._blocked_s = time.perf_counter() - begin
+        super()._wait(op, start, text)
+
+    def run_step(self, step: int) -> StepResult:
+        self._dispatched_s = 0.0
+        begin = time.perf_counter()
+        result = super().run_step(step)
+        loop_s = (time.perf_counter() - begin - self._dispatched_s) / max(1, len(self.ops))
+        self.samples.append((LOOP_KEY, loop_s, False))
+        return result
+
+
+def _insitu_worker(ctx: RankContext, payload: list[tuple[str, int]]) -> list[tuple[str, float, bool]]:
+    """Run each calibration program a few steps with the timed interpreter; samples after the warm-up step."""
+    samples: list[tuple[str, float, bool]] = []
+    for text, steps in payload:
+        program = program_from_json(text, source="calibration program")
+        _make_groups(ctx, program)
+        interp = _TimedInterpreter(ctx, program, backend=str(dist.get_backend()))
+        for step in range(steps):
+            dist.barrier()
+            interp.samples.clear()
+            interp.run_step(step)
+            if step > 0:
+                samples += interp.samples
+    return samples
+
+
+def insitu_samples(model: ModelSpec, layouts: Sequence[Layout], *, steps: int = 6,
+                   config: LaunchConfig | None = None) -> list[tuple[str, float, bool]]:
+    """(key, seconds, comm in flight) of every op of short real runs of the calibration ``layouts``."""
+    samples: list[tuple[str, float, bool]] = []
     by_world: dict[int, list[Layout]] = {}
     for layout in layouts:
         by_world.setdefault(layout.world_size, []).append(layout)
     for world, group in by_world.items():
-        jobs = [Job(program=build_program(model, lay), steps=steps, collect_weights=False) for lay in group]
-        cfg = config or LaunchConfig(world_size=world, run_timeout_s=600)
-        for result in run_programs(jobs, config=dataclasses.replace(cfg, world_size=world)):
-            for rank in result.trace.ranks():
-                # Host time between ops (issuing communication, allocation bookkeeping, Python dispatch) has
-                # no op of its own in the engine; charge each compute op the gap since the previous op on
-                # the compute stream ended, so the fitted per-kernel overhead carries it.
-                previous_end = 0.0
-                for row in sorted(result.trace.rows_of(rank), key=lambda r: r.start_s):
-                    if row.stream not in ("compute", "host"):
-                        continue
-                    if row.purpose == "compute":
-                        op = parse_op(row.op.split("  #")[0])
-                        if isinstance(op, Compute) and op.device == "gpu":
-                            samples.append((op, row.end_s - min(row.start_s, max(previous_end, 0.0))))
-                    previous_end = max(previous_end, row.end_s)
+        payload = [(program_to_json(build_program(model, lay), indent=None), steps) for lay in group]
+        cfg = config or LaunchConfig(world_size=world, run_timeout_s=900)
+        for rank_samples in spawn_world(_insitu_worker, payload, dataclasses.replace(cfg, world_size=world)):
+            samples += rank_samples
     return samples
 
 
+def compute_samples(model: ModelSpec, layouts: Sequence[Layout], *, steps: int = 4,
+                    config: LaunchConfig | None = None) -> list[tuple[Compute, float]]:
+    """(op, seconds) of the compute ops of short real runs of ``layouts`` (for :func:`fit_compute`)."""
+    ops: dict[str, Compute] = {}
+    for layout in layouts:
+        for rank_ops in build_program(model, layout).ranks:
+            for op in rank_ops:
+                if isinstance(op, Compute) and op.device == "gpu":
+                    ops.setdefault(compute_key(op), op)
+    return [(ops[key], seconds) for key, seconds, _ in insitu_samples(model, layouts, steps=steps, config=config)
+            if key in ops]
+
+
+def table_rows(samples: Sequence[tuple[str, float, bool]]) -> list[tuple[str, float]]:
+    """(key, median seconds) per key; compute ops use their samples without communication in flight when
+    there are any (the engine adds the measured slowdown where communication overlaps)."""
+    quiet = [(k, s) for k, s, busy in samples if not busy]
+    quiet_keys = {k for k, _ in quiet}
+    chosen = quiet + [(k, s) for k, s, busy in samples if busy and k not in quiet_keys]
+    return sorted((k, us * 1e-6) for k, us in median_rows(chosen).items())
+
+
+def measure_slowdown(world_size: int = 2, *, config: LaunchConfig | None = None) -> float:
+    """Fraction of compute throughput lost while a collective runs in the background, on every rank."""
+    results = spawn_world(_slowdown_worker, {}, config or LaunchConfig(world_size=world_size, run_timeout_s=300))
+    return float(statistics.median(results))
+
+
+def _slowdown_worker(ctx: RankContext, payload: dict[str, Any]) -> float:
+    """Both ranks run the same matmul loop alone, then with an all-reduce always in flight (gloo's threads
+    compete for the cores); the median ratio of the two times gives the lost throughput."""
+    a = torch.randn(192, 192)
+    buf = torch.ones(SLOWDOWN_MESSAGE_BYTES // 4)
+
+    def loop(with_comm: bool) -> float:
+        # Same issue schedule on every rank (collectives must match): one all-reduce every few matmuls,
+        # so one is nearly always queued or running in gloo's background thread.
+        works = []
+        start = time.perf_counter()
+        for i in range(SLOWDOWN_MATMULS):
+            if with_comm and i % SLOWDOWN_ISSUE_EVERY == 0:
+                works.append(dist.all_reduce(buf, async_op=True))
+            a @ a
+        elapsed = time.perf_counter() - start
+        for work in works:
+            work.wait()
+        return elapsed
+
+    ratios = []
+    for rep in range(SLOWDOWN_REPEATS + 1):
+        dist.barrier()
+        alone = loop(False)
+        dist.barrier()
+        busy = loop(True)
+        if rep > 0:
+            ratios.append(alone / busy)
+    return max(0.0, min(0.9, 1.0 - statistics.median(ratios)))
+
+
 def fit_compute(samples: Sequence[tuple[Compute, float]]) -> ComputeFit:
-    """Relative least squares ``t = a*flops + b*hbm_bytes + c*kernels``, a, b, c >= 0 (best non-negative subset)."""
+    """Least squares ``t = a*flops + b*hbm_bytes + c*kernels`` with a, b, c >= 0 (best non-negative subset)."""
     if not samples:
         raise ValueError("no compute samples to fit")
-    # One point per distinct op, the fastest over repeats and ranks: background load on a shared machine
-    # only adds time (the measured step uses the same rule); the weight keeps frequent ops important.
+    # One point per distinct op, the median over repeats and ranks (the measured step is a median too);
+    # the weight keeps frequent ops important.
     groups: dict[tuple[object, ...], list[float]] = {}
     ops: dict[tuple[object, ...], Compute] = {}
     for op, seconds in samples:
         key = (op.kind, op.flops, op.hbm_bytes, op.kernels)
         groups.setdefault(key, []).append(seconds)
         ops[key] = op
-    # Relative least squares (each row divided by its time): the optimizer step is 100x a layer's op, and
-    # an absolute fit would sacrifice the many small ops to it; sqrt(count) keeps frequent ops important.
-    times = np.array([min(v) for v in groups.values()], dtype=float)
-    weight = np.sqrt(np.array([len(v) for v in groups.values()], dtype=float)) / np.maximum(times, 1e-12)
+    # Absolute least squares: the step time is a sum of op times, so absolute errors are what add up
+    # (a relative fit under-predicted steps by ~50% here); sqrt(count) keeps frequent ops important.
+    times = np.array([statistics.median(v) for v in groups.values()], dtype=float)
+    weight = np.sqrt(np.array([len(v) for v in groups.values()], dtype=float))
     x = np.array([[ops[k].flops, ops[k].hbm_bytes, ops[k].kernels] for k in groups], dtype=float) * weight[:, None]
     y = times * weight
     best: tuple[float, np.ndarray] | None = None
@@ -205,13 +328,13 @@ def fit_compute(samples: Sequence[tuple[Compute, float]]) -> ComputeFit:
             best = (residual, full)
     assert best is not None
     a, b, c = best[1]
-    rel = float(np.mean(np.abs(x @ best[1] - y) / np.maximum(y, 1e-12)))
+    rel = float(np.mean(np.abs(x @ best[1] - y) / np.maximum(y, 1e-12)))  # weights cancel in the ratio
     return ComputeFit(peak_flops=1.0 / a if a > 0 else float("inf"), bandwidth_Bps=1.0 / b if b > 0 else float("inf"),
                       overhead_s=float(c), samples=len(samples), mean_abs_error=rel)
 
 
 def build_profile(*, name: str, world_size: int, comm: dict[str, Any], fit: ComputeFit,
-                  compute_rows: Sequence[tuple[str, float]] = ()) -> ClusterSpec:
+                  compute_rows: Sequence[tuple[str, float]] = (), slowdown: float | None = None) -> ClusterSpec:
     """A self-contained cluster profile of this machine (one node of ``world_size`` CPU ranks)."""
     base = load_cluster_spec("ideal")
     cores = os.cpu_count() or 1
@@ -226,10 +349,11 @@ def build_profile(*, name: str, world_size: int, comm: dict[str, Any], fit: Comp
         base.node.gpu, name=f"{name}-rank", description=f"one CPU rank with {threads} thread(s), fp32, measured",
         memory_GiB=float(max(1, _host_memory_GiB() // world_size)), hbm_bandwidth_GBps=fit.bandwidth_Bps / 1e9,
         hbm_efficiency=1.0, peak_tflops={d: tflops for d in DTYPES}, matmul=MatmulEfficiency(max_efficiency=1.0),
-        kernel_overhead_us=fit.overhead_s * 1e6, comm_compute_slowdown=0.0,
+        kernel_overhead_us=fit.overhead_s * 1e6, comm_compute_slowdown=slowdown or 0.0,
         sources={"peak_tflops": f"fitted to {fit.samples} real compute ops (mean abs error {fit.mean_abs_error:.1%})",
                  "hbm_bandwidth_GBps": "fitted with peak_tflops", "kernel_overhead_us": "fitted with peak_tflops",
-                 "comm_compute_slowdown": "assumed 0: not measured"},
+                 "comm_compute_slowdown": "assumed 0: not measured" if slowdown is None else
+                 "measured: matmul loop on every rank alone vs with a background gloo all-reduce"},
     )
     node = dataclasses.replace(
         base.node, name=f"{name}-node", description=f"this machine: {cores} cores, {world_size} ranks, gloo",
@@ -261,12 +385,15 @@ def _host_memory_GiB() -> int:
 
 
 def calibration_layouts(world_size: int) -> list[Layout]:
-    """Layouts whose real runs supply the compute samples (every block kind, F/B/OPT, TP shapes too)."""
-    layouts = [Layout(dp=world_size, global_batch_size=2 * world_size, precision="fp32")]
+    """Small in-situ benchmark programs: every op signature of the validated 2-rank layouts (DP, TP,
+    PP, ZeRO-3: same model, micro-batch size 1) in programs with one micro-batch (two for PP), so no
+    validated program (two or four micro-batches) is itself run during calibration."""
+    layouts = [Layout(dp=world_size, global_batch_size=world_size, precision="fp32")]
     if world_size >= 2:
-        layouts += [Layout(tp=2, dp=world_size // 2, global_batch_size=world_size, precision="fp32"),
-                    Layout(pp=2, dp=world_size // 2, schedule="1f1b", global_batch_size=world_size * 2,
-                           precision="fp32")]
+        layouts += [Layout(tp=2, dp=world_size // 2, global_batch_size=world_size // 2, precision="fp32"),
+                    Layout(pp=2, dp=world_size // 2, schedule="gpipe", global_batch_size=world_size,
+                           precision="fp32"),
+                    Layout(dp=world_size, zero=3, global_batch_size=world_size, precision="fp32")]
     return layouts
 
 
@@ -274,14 +401,18 @@ def calibrate(model: ModelSpec, *, world_size: int = 2, out: str | Path | None =
               name: str = "localhost-gloo") -> tuple[ClusterSpec, ComputeFit]:
     """Measure this machine and return (and optionally write) its cluster profile."""
     comm = measure_communication(world_size)
-    samples = compute_samples(model, calibration_layouts(world_size))
-    fit = fit_compute(samples)
-    medians: dict[str, list[float]] = {}
-    for op, seconds in samples:
-        key = f"{op.kind}:blocks={op.block_start}-{op.block_end}:flops={op.flops:.0f}"
-        medians.setdefault(key, []).append(seconds)
-    rows = sorted((k, statistics.median(v)) for k, v in medians.items())
-    spec = build_profile(name=name, world_size=world_size, comm=comm, fit=fit, compute_rows=rows)
+    slowdown = measure_slowdown(world_size) if world_size >= 2 else 0.0
+    layouts = calibration_layouts(world_size)
+    samples = insitu_samples(model, layouts)
+    ops: dict[str, Compute] = {}
+    for layout in layouts:
+        for rank_ops in build_program(model, layout).ranks:
+            for op in rank_ops:
+                if isinstance(op, Compute) and op.device == "gpu":
+                    ops.setdefault(compute_key(op), op)
+    fit = fit_compute([(ops[k], sec) for k, sec, _ in samples if k in ops])
+    spec = build_profile(name=name, world_size=world_size, comm=comm, fit=fit, compute_rows=table_rows(samples),
+                         slowdown=slowdown)
     if out is not None:
         write_profile(spec, out)
     return spec, fit

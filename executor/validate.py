@@ -1,8 +1,10 @@
 """Predicted vs measured: run a layout for real, simulate the very same Program, compare.
 
-The measured step time is the fastest of the steps after the first (warm-up), each the time from a common
+The measured step time is the median of the steps after the first (warm-up), each the time from a common
 barrier to the latest rank's last op (see :attr:`executor.runner.RunResult.measured_step_s`). The predicted step time is the engine's makespan of the same
-Program on a (calibrated) cluster profile. Per op kind, both traces are summarised as the mean over ranks
+Program on a (calibrated) cluster profile; a profile with measured tables is costed by
+:class:`executor.costmodel.MeasuredCostModel` (measured op times, interpreter host work, measured
+compute slowdown under communication) instead of the engine's GPU formulas. Per op kind, both traces are summarised as the mean over ranks
 of the summed durations of that kind's rows (compute kinds, collective kinds, SEND/RECV).
 """
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from executor.costmodel import MeasuredCostModel
 from executor.launch import LaunchConfig
 from executor.reference import reference_training
 from executor.runner import RunResult, run_program
@@ -33,7 +36,7 @@ class ValidationReport:
     predicted_step_s: float
     """Engine makespan of one step."""
     measured_step_s: float
-    """Fastest measured step (warm-up excluded)."""
+    """Median measured step (warm-up excluded)."""
     numerics_match: bool
     """Losses and updated weights agreed with the single-process reference."""
     weights_error: float
@@ -93,7 +96,12 @@ def validate_layout(model: ModelSpec, layout: Layout, *, profile: str | Path, st
     weights_error = weights_relative_error(run, ref.weights)
     losses_ok = all(abs(a - b) <= NUMERICS_TOLERANCE * abs(b) for a, b in zip(run.losses, ref.losses, strict=True))
     cluster = load_cluster(profile, gpus=layout.world_size)
-    engine = simulate_program(program, cluster, mode="full")
+    if cluster.spec.measured is not None and cluster.spec.measured.compute:
+        # Calibrated on this machine: cost ops from the measured tables, interpreter host work included.
+        cost, simulated = MeasuredCostModel.for_program(cluster.spec, program)
+        engine = simulate_program(simulated, cluster, mode="full", cost_model=cost)
+    else:
+        engine = simulate_program(program, cluster, mode="full")
     predicted_kinds = per_kind_seconds(engine.trace)
     measured_kinds = per_kind_seconds(run.trace)
     kinds = sorted(set(predicted_kinds) | set(measured_kinds))

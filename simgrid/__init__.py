@@ -13,8 +13,8 @@ __version__ = "0.1.0"
 
 #: Public name -> module that defines it.
 _EXPORTS = {
-    "simulate": "simgrid.simulate",
-    "SimulationResult": "simgrid.simulate",
+    "simulate": "simgrid.simulation",
+    "SimulationResult": "simgrid.simulation",
     "build_program": "simgrid.schedules",
     "Layout": "simgrid.layout",
     "Mesh": "simgrid.layout",
@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from simgrid.memory import estimate_memory
     from simgrid.model import ModelSpec, get_model, list_models, param_count
     from simgrid.schedules import build_program
-    from simgrid.simulate import SimulationResult, simulate
+    from simgrid.simulation import SimulationResult, simulate
     from simgrid.trace import Trace
 
 

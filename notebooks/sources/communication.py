@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from simgrid.costs import bus_bandwidth_GBps, collective_time_s
 from simgrid.hardware import load_cluster
 from simgrid.layout import Layout
-from simgrid.simulate import simulate
+from simgrid.simulation import simulate
 from simgrid.topology import Topology
 
 FABRICS = {  # label -> (cluster profile, GPUs, ranks in the collective)

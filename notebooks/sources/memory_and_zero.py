@@ -18,7 +18,7 @@ from simgrid.layout import Layout
 from simgrid.memory import estimate_memory
 from simgrid.model import get_model, param_count
 from simgrid.plots import plot_memory_breakdown, plot_memory_timeline
-from simgrid.simulate import simulate
+from simgrid.simulation import simulate
 
 GIB = 2**30
 GPUS = {name: load_gpu(name) for name in ("rtx-4090", "a100-80gb-sxm", "h100-sxm")}

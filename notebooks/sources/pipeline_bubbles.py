@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from simgrid.layout import Layout
 from simgrid.model import get_model
 from simgrid.plots import plot_gantt
-from simgrid.simulate import simulate
+from simgrid.simulation import simulate
 
 # Equal stages: 16 identical layers and a vocabulary of 8 tokens, so the embedding, the LM head
 # and the loss (which sit on the first and last stage) cost next to nothing.

@@ -46,7 +46,7 @@ if HAVE_TORCH:
     from simgrid.model import get_model
     from simgrid.plots import plot_overlay
     from simgrid.schedules import build_program
-    from simgrid.simulate import simulate
+    from simgrid.simulation import simulate
 
     model = get_model("tiny-gpt")
     calibration_layout = Layout(dp=2, micro_batch_size=1, global_batch_size=4, precision="fp32")

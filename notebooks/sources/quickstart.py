@@ -18,7 +18,7 @@ from simgrid.hardware import list_profiles, load_cluster
 from simgrid.layout import Layout
 from simgrid.model import get_model, param_count
 from simgrid.plots import plot_gantt
-from simgrid.simulate import simulate
+from simgrid.simulation import simulate
 
 # %% [markdown]
 # ## 1. Hardware profiles

@@ -11,10 +11,13 @@
 #   parallelism over the rest (Megatron-LM's recipe).
 #
 # Weak scaling: the global batch grows with the cluster, one sequence per GPU per step (GPT-3:
-# 2048-token sequences; Llama 2: 4096). Both families use full activation recompute and bf16 with
-# Adam. The memory verdict comes from the analytic estimate (`simgrid.memory.estimate_memory`), and
-# the large runs are simulated at *stage granularity* in *symmetric mode*: one op per pipeline
-# stage and one simulated rank per distinct role, which keeps a 4096-GPU step to seconds.
+# 2048-token sequences; Llama 2: 4096). Data parallelism alone cannot use fewer sequences than GPUs,
+# so at 4096 GPUs the batch is larger than either model was trained with (GPT-3: 3.2 M tokens, Brown
+# et al. 2020 Table 2.1; Llama 2: 4 M tokens, Touvron et al. 2023). Both families use full activation
+# recompute and bf16 with Adam. The memory verdict comes from the analytic estimate
+# (`simgrid.memory.estimate_memory`): all runs are simulated at *stage granularity* in *symmetric
+# mode* (one op per pipeline stage, one simulated rank per distinct role, which keeps a 4096-GPU step
+# to seconds), and at stage granularity the simulated memory timeline is coarser than the estimate.
 
 # %%
 # %matplotlib inline
@@ -27,8 +30,8 @@ from simgrid.hardware import load_gpu
 from simgrid.layout import Layout
 from simgrid.memory import estimate_memory
 from simgrid.model import get_model
-from simgrid.plots.scaling import plot_scaling
-from simgrid.simulate import simulate
+from simgrid.plots import plot_scaling
+from simgrid.simulation import simulate
 
 CLUSTER = "dgx-a100-hdr"
 GPU = load_gpu("a100-80gb-sxm")

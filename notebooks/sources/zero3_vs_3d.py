@@ -26,7 +26,7 @@ from simgrid.hardware import LinkSpec, load_cluster, load_cluster_spec, load_gpu
 from simgrid.layout import Layout
 from simgrid.memory import estimate_memory
 from simgrid.model import get_model
-from simgrid.simulate import simulate
+from simgrid.simulation import simulate
 
 GLOBAL_BATCH = 128
 MODELS = ["llama2-7b", "llama2-13b"]

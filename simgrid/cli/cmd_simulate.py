@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from simgrid.cli.common import add_model_layout_args, model_layout_from_args, positive_int, print_json
 
 if TYPE_CHECKING:
-    from simgrid.simulate import SimulationResult
+    from simgrid.simulation import SimulationResult
 
 EPILOG = """examples:
   simgrid simulate --model gpt3-175b --cluster dgx-a100-hdr --gpus 1024 --tp 8 --pp 8 --mbs 1 --gbs 1536
@@ -46,7 +46,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate, print the report or JSON, and write the requested files."""
-    from simgrid.simulate import simulate
+    from simgrid.simulation import simulate
 
     model, layout = model_layout_from_args(args, gpus=args.gpus)
     print(f"simulating {model.name} on {layout.world_size} GPUs of {args.cluster} ...", file=sys.stderr)

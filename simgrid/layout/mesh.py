@@ -86,7 +86,11 @@ class Mesh:
         out: dict[str, tuple[int, ...]] = {"world": tuple(range(self.world_size))}
         for r in range(self.world_size):
             c = self.coords(r)
-            out.setdefault(self.tp_group_name(c), self.tp_group(r))
-            out.setdefault(self.dp_group_name(c), self.dp_group(r))
-            out.setdefault(self.pp_group_name(c), self.pp_group(r))
+            # Each group is built once, by its first member: O(world) rather than O(world x group size).
+            if c.tp == 0:
+                out[self.tp_group_name(c)] = self.tp_group(r)
+            if c.dp == 0:
+                out[self.dp_group_name(c)] = self.dp_group(r)
+            if c.pp == 0:
+                out[self.pp_group_name(c)] = self.pp_group(r)
         return dict(sorted(out.items()))

@@ -1,7 +1,7 @@
 """Scaling curves: throughput and MFU against GPU count, one line per layout family.
 
 Input is a table with one row per (configuration, GPU count), e.g. built from several
-:func:`simgrid.simulate` runs. Strong scaling keeps the global batch fixed as GPUs are added; weak
+:func:`simgrid.simulation.simulate` runs. Strong scaling keeps the global batch fixed as GPUs are added; weak
 scaling grows it with them (Megatron SC'21 Table 1 is weak scaling). The title says which, either as
 given or inferred from a ``global_batch`` column.
 """

@@ -109,3 +109,16 @@ def test_demo_writes_gantt_and_trace(tmp_path: Path) -> None:
     trace = json.loads((tmp_path / "trace.json").read_text())
     events = trace["traceEvents"] if isinstance(trace, dict) else trace
     assert any(e.get("ph") == "X" for e in events)
+
+
+def test_saved_trace_draws_memory_over_time(tmp_path: Path) -> None:
+    """`simulate --trace` keeps the pipeline ranks' memory timeline, so `plot --kind memory` can draw it."""
+    trace = tmp_path / "t.json"
+    assert main(["simulate", "--model", "tiny-gpt", "--cluster", "dgx-a100-hdr", "--gpus", "4", "--pp", "2",
+                 "--gbs", "8", "--trace", str(trace)]) == 0
+    timeline = json.loads(trace.read_text())["otherData"]["memory_timeline"]
+    assert set(timeline) == {"0", "2"}  # pipeline ranks of the first replica (tp fastest, then dp)
+    assert max(timeline["0"]["total_bytes"]) > 0
+    out = tmp_path / "memory.png"
+    assert main(["plot", str(trace), "--kind", "memory", "--out", str(out)]) == 0
+    assert out.read_bytes()[:4] == b"\x89PNG"

@@ -48,7 +48,7 @@ def test_real_layout_that_does_not_fit_is_a_result() -> None:
     """Llama-2 7B with Adam on one 24 GB RTX 4090 needs ~16 bytes/parameter of model state (~108 GB):
     simulate() reports fits = False with a peak above capacity instead of raising."""
     from simgrid.layout import Layout
-    from simgrid.simulate import simulate
+    from simgrid.simulation import simulate
 
     result = simulate("llama2-7b", "rtx4090-10gbe", Layout(global_batch_size=1))
     assert result.metrics.fits is False

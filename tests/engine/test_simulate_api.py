@@ -1,4 +1,4 @@
-"""simgrid.simulate.simulate and the `simgrid simulate` command."""
+"""simgrid.simulation.simulate and the `simgrid simulate` command."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from simgrid.errors import SimgridError, SimulationError
 from simgrid.hardware import load_cluster
 from simgrid.layout import Layout
 from simgrid.model import get_model
-from simgrid.simulate import SimulationResult, simulate
+from simgrid.simulation import SimulationResult, simulate
 
 ISSUE_KEYS = {"step_time_s", "tokens_per_s", "tflops_per_gpu", "hw_tflops_per_gpu", "mfu", "hfu", "bubble_fraction",
               "peak_memory_bytes", "memory_capacity_bytes", "fits", "exposed_comm_s", "world_size", "wall_s"}

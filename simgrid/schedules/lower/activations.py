@@ -52,17 +52,20 @@ def add_activation_memory(ctx: LoweringContext, role: Role) -> Role:
     split = any(step.action is not None and step.action.kind == "W" for step in role)
     release = "W" if split else "B"
     live: set[str] = set()
+    kept = ctx.memo["kept_activations"]  # equal for every micro-batch
     for step in role:
         if step.action is None:
             continue
         new_ops: list[Op] = []
         for op in step.ops:
             new_ops.append(op)
-            if not isinstance(op, Compute):
+            if type(op) is not Compute:
                 continue
-            blocks = range(op.block_start, op.block_end)
             if op.kind == "F":
-                size = sum(int(ctx.cost(b).activation_bytes) for b in blocks)
+                unit = (op.block_start, op.block_end)
+                size = kept.get(unit)
+                if size is None:
+                    size = kept[unit] = sum(int(ctx.cost(b).activation_bytes) for b in range(*unit))
                 name = activation_name(op)
                 new_ops.append(Alloc(name=name, bytes=size, category="activations"))
                 live.add(name)

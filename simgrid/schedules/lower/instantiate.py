@@ -4,8 +4,10 @@ Ranks of one pipeline rank issue the same ops; they differ only in the names of 
 data-parallel and embedding groups, the roots of rooted collectives (the data-parallel group's first
 rank) and their pipeline peers. Only those ops are rebuilt; every other op value is shared between the
 ranks, and collectives are rebuilt once per distinct group (once per tensor-parallel group, not per
-rank). The per-rank lists are patched copies of the template made with numpy fancy indexing, which
-keeps a 1024-rank program with millions of ops around a second to build.
+rank). The per-rank lists are patched copies of the template made with numpy fancy indexing.
+:func:`simgrid.schedules.build_program` asks for a rank's list only when something reads it (a
+:class:`~simgrid.ir.program.LazyRanks`), and the template is indexed on the first replica asked for, so
+a symmetric simulation touches the ``pp`` canonical lists only.
 """
 
 from __future__ import annotations
@@ -40,23 +42,40 @@ class RoleInstantiator:
         self.mesh = mesh
         self.pp_rank = pp_rank
         self.template = template
+        self._canonical: tuple[Op, ...] | None = None
+        self._prepared = False
+        self._dp_patches: dict[int, np.ndarray] = {}
+        self._tp_patches: dict[int, np.ndarray] = {}
+
+    def _prepare(self) -> None:
+        # Indexing the template costs a pass over it; symmetric simulation only ever asks for the
+        # canonical rank, so this runs on the first replica asked for.
+        template, mesh, pp_rank = self.template, self.mesh, self.pp_rank
         self._array = _object_array(template)
         canonical = RankCoord(pp=pp_rank, dp=0, tp=0)
         tp_name, dp_name, embed_name = Mesh.tp_group_name(canonical), Mesh.dp_group_name(canonical), embed_group_name(0, 0)
-        self._by_dp = [i for i, op in enumerate(template) if isinstance(op, Collective) and op.group == tp_name]
-        self._by_tp = [i for i, op in enumerate(template) if isinstance(op, Collective) and op.group == dp_name]
-        self._pp_of_rank = {mesh.rank(pp=q, dp=0, tp=0): q for q in range(mesh.layout.pp)}
-        self._by_rank = [
-            i for i, op in enumerate(template)
-            if isinstance(op, (Send, Recv)) or (isinstance(op, Collective) and op.group == embed_name)
-        ]
+        self._by_dp: list[int] = []
+        self._by_tp: list[int] = []
+        self._by_rank: list[int] = []
+        for i, op in enumerate(template):
+            kind = type(op)
+            if kind is Collective:
+                group = op.group  # type: ignore[union-attr]
+                if group == tp_name:
+                    self._by_dp.append(i)
+                elif group == dp_name:
+                    self._by_tp.append(i)
+                elif group == embed_name:
+                    self._by_rank.append(i)
+            elif kind is Send or kind is Recv:
+                self._by_rank.append(i)
+        pp_of_rank = {mesh.rank(pp=q, dp=0, tp=0): q for q in range(mesh.layout.pp)}
         # (op, its fields, pipeline rank of its peer or -1 for an embedding collective)
         self._rank_specs = [
-            (op, op.__dict__, self._pp_of_rank[op.peer] if isinstance(op, (Send, Recv)) else -1)
+            (op, op.__dict__, pp_of_rank[op.peer] if isinstance(op, (Send, Recv)) else -1)
             for op in (template[i] for i in self._by_rank)
         ]
-        self._dp_patches: dict[int, np.ndarray] = {}
-        self._tp_patches: dict[int, np.ndarray] = {}
+        self._prepared = True
 
     def _patch_dp(self, dp: int) -> np.ndarray:
         found = self._dp_patches.get(dp)
@@ -100,7 +119,11 @@ class RoleInstantiator:
     def ops(self, dp: int, tp: int) -> tuple[Op, ...]:
         """The op list of the rank at ``(pp_rank, dp, tp)``."""
         if dp == 0 and tp == 0:
-            return tuple(self.template)
+            if self._canonical is None:
+                self._canonical = tuple(self.template)
+            return self._canonical
+        if not self._prepared:
+            self._prepare()
         array = self._array.copy()
         if dp and self._by_dp:
             array[self._by_dp] = self._patch_dp(dp)

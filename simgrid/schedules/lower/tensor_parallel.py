@@ -82,7 +82,7 @@ def add_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
             continue
         new_ops: list[Op] = []
         for op in step.ops:
-            if isinstance(op, Compute):
+            if type(op) is Compute:
                 before, after = tp_collectives(ctx, op, group)
                 new_ops += before
                 new_ops.append(op)

@@ -103,6 +103,7 @@ def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, 
         memory_capacity_bytes=engine.memory.capacity_bytes,
         link_utilisation=engine.link_utilisation() if comm_model == "flow" else None,
     )
+    _attach_memory_timeline(engine, layout)
     return SimulationResult(
         metrics=metrics,
         trace=engine.trace,
@@ -116,6 +117,22 @@ def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, 
         wall_s=time.perf_counter() - t_start,
         notes=engine.notes,
     )
+
+
+def _attach_memory_timeline(engine: EngineResult, layout: Layout) -> None:
+    """Keep the pipeline ranks' memory over time in the trace's metadata, so a saved trace can be drawn
+    by ``simgrid plot --kind memory``; only one pipeline's ranks, so a full-mode file stays small."""
+    from simgrid.layout import Mesh
+
+    mesh = Mesh(layout)
+    ranks = sorted({mesh.rank(pp=p, dp=0, tp=0) for p in range(layout.pp)} & set(engine.memory.timelines))
+    engine.trace.meta["memory_timeline"] = {
+        str(rank): {
+            "times_s": list(engine.memory.timelines[rank].times_s),
+            "total_bytes": list(engine.memory.timelines[rank].total_bytes),
+        }
+        for rank in ranks
+    }
 
 
 def _resolve_model(model: str | ModelSpec) -> ModelSpec:
