@@ -47,6 +47,8 @@ def main() -> None:
     step = max(1, len(fitting) // max(1, args.limit))
     chosen = fitting[::step][: args.limit]
     print(f"{args.model} on {args.gpus} GPUs of {args.cluster}, gbs {args.gbs}, {args.workers} workers")
+    # Other work on the machine slows the workers: report the load so a number can be judged.
+    print(f"load average before: {_load_average()}")
     print(f"enumerate: {space.tried} candidates, {len(space.layouts)} valid in {t1 - t0:.2f} s "
           f"({space.tried / max(t1 - t0, 1e-9):,.0f} candidates/s)")
     print(f"memory filter: {len(fitting)} of {len(space.layouts)} fit, {t2 - t1:.2f} s "
@@ -59,6 +61,7 @@ def main() -> None:
     rate = len(chosen) / wall if wall > 0 else float("inf")
     print(f"simulate: {len(chosen)} layouts ({len(result.failures)} failed) in {wall:.1f} s "
           f"= {rate:.2f} layouts/s (incl. worker start-up)")
+    print(f"load average after: {_load_average()}")
     projected = TARGET_LAYOUTS / rate if rate > 0 else float("inf")
     verdict = "meets" if projected <= TARGET_S else "MISSES"
     print(f"projected {TARGET_LAYOUTS} layouts: {projected:.0f} s -> {verdict} the {TARGET_S:.0f} s target")
@@ -67,6 +70,13 @@ def main() -> None:
         print(f"best of the sample: dp={best['dp']} tp={best['tp']} pp={best['pp']} vpp={best['vpp']} "
               f"zero={best['zero']} mbs={best['mbs']} {best['schedule']} {best['recompute']}: "
               f"{best['step_time_s']:.3f} s, MFU {100 * best['mfu']:.1f}%")
+
+
+def _load_average() -> str:
+    try:
+        return " ".join(f"{v:.2f}" for v in os.getloadavg())
+    except OSError:  # not available on this platform
+        return "n/a"
 
 
 if __name__ == "__main__":

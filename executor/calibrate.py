@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from executor.comm import all_gather_dim0, reduce_scatter_dim0
-from executor.costmodel import LOOP_KEY, compute_key, host_keys, median_rows
+from executor.costmodel import LOOP_KEY, compute_key, host_keys, mean_rows
 from executor.interpreter import RankInterpreter, StepResult
 from executor.launch import LaunchConfig, RankContext, spawn_world
 from executor.runner import _make_groups
@@ -65,6 +65,12 @@ SLOWDOWN_MATMULS = 96
 """192x192 matmuls per timed loop (tens of ms on one core: several all-reduces complete meanwhile)."""
 SLOWDOWN_ISSUE_EVERY = 8
 """Matmuls between two background all-reduces in the slowdown benchmark."""
+PROBE_KEY = "PROBE:host"
+"""Measured-table key of the host-speed probe (:func:`measure_probe`) at calibration time."""
+PROBE_ITERATIONS = 150
+"""Forward+backward of a 64x64 matmul per probe repetition (~20-40 ms: small ops, like the interpreter's)."""
+PROBE_REPEATS = 5
+"""Timed probe repetitions (median kept) after one warm-up."""
 SLOWDOWN_REPEATS = 5
 """Timed (alone, with communication) pairs; the median ratio is kept, after one warm-up pair."""
 
@@ -191,8 +197,11 @@ class _TimedInterpreter(RankInterpreter):
         found = self.pending.get(op.handle)
         begin = time.perf_counter()
         if found is not None:
-            for work in found[1].works:
+            pend = found[1]
+            for work in pend.works:
                 work.wait()
+            pend.poll()
+            pend.works = []  # gloo's recv work cannot be waited twice; finish() then only runs the callback
         self._blocked_s = time.perf_counter() - begin
         super()._wait(op, start, text)
 
@@ -250,12 +259,38 @@ def compute_samples(model: ModelSpec, layouts: Sequence[Layout], *, steps: int =
 
 
 def table_rows(samples: Sequence[tuple[str, float, bool]]) -> list[tuple[str, float]]:
-    """(key, median seconds) per key; compute ops use their samples without communication in flight when
-    there are any (the engine adds the measured slowdown where communication overlaps)."""
+    """(key, mean seconds) per key (see :func:`executor.costmodel.mean_rows` for why the mean); compute ops
+    use their samples without communication in flight when there are any (the engine adds the measured
+    slowdown where communication overlaps)."""
     quiet = [(k, s) for k, s, busy in samples if not busy]
     quiet_keys = {k for k, _ in quiet}
     chosen = quiet + [(k, s) for k, s, busy in samples if busy and k not in quiet_keys]
-    return sorted((k, us * 1e-6) for k, us in median_rows(chosen).items())
+    return sorted((k, us * 1e-6) for k, us in mean_rows(chosen).items())
+
+
+def measure_probe(world_size: int = 2, *, config: LaunchConfig | None = None) -> float:
+    """Seconds of a fixed small-op workload run on every rank at once: how fast the host is *now*.
+
+    The executor's steps on a tiny model are mostly Python dispatch of small torch ops, so other load on
+    the machine slows them down in proportion; comparing this probe at calibration time and around a
+    validated run gives the relative speed of the machine between the two (never a validated run's times).
+    """
+    results = spawn_world(_probe_worker, {}, config or LaunchConfig(world_size=world_size, run_timeout_s=120))
+    return float(statistics.median(results))
+
+
+def _probe_worker(ctx: RankContext, payload: dict[str, Any]) -> float:
+    x = torch.randn(64, 64, requires_grad=True)
+    w = torch.randn(64, 64, requires_grad=True)
+    times = []
+    for rep in range(PROBE_REPEATS + 1):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(PROBE_ITERATIONS):
+            torch.relu(x @ w).sum().backward()
+        if rep > 0:
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
 
 
 def measure_slowdown(world_size: int = 2, *, config: LaunchConfig | None = None) -> float:
@@ -403,7 +438,10 @@ def calibrate(model: ModelSpec, *, world_size: int = 2, out: str | Path | None =
     comm = measure_communication(world_size)
     slowdown = measure_slowdown(world_size) if world_size >= 2 else 0.0
     layouts = calibration_layouts(world_size)
+    probe_before = measure_probe(world_size)
     samples = insitu_samples(model, layouts)
+    # The in-situ samples ran between the two probes: their mean is the host speed they were taken at.
+    samples.append((PROBE_KEY, (probe_before + measure_probe(world_size)) / 2, False))
     ops: dict[str, Compute] = {}
     for layout in layouts:
         for rank_ops in build_program(model, layout).ranks:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from executor.interpreter import RankInterpreter
 
 Action = tuple[str, int, str]
+SP_GRADS_LABEL = re.compile(r"s(\d+):sp-grads")
 """(``cut`` or ``regather``, cut index, collective kind)."""
 
 
@@ -83,7 +84,7 @@ def plan_tp_collectives(interp: RankInterpreter) -> TPPlan:
     ops = interp.ops
     computes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Compute) and op.kind != "OPT"]
     for index, op in enumerate(ops):
-        if not (isinstance(op, Collective) and op.purpose == "tp"):
+        if not (isinstance(op, Collective) and op.purpose == "tp") or SP_GRADS_LABEL.fullmatch(op.label):
             continue
         match = re.fullmatch(r"b(\d+):(fwd|bwd|recompute)", op.label)
         if match is None:
@@ -107,6 +108,9 @@ def issue(interp: RankInterpreter, op: Collective) -> Pending:
     if group is None or members is None:
         raise ProgramError(f"group {op.group!r} is unknown or does not contain rank {interp.rank}")
     if op.purpose == "tp":
+        sp_grads = SP_GRADS_LABEL.fullmatch(op.label)
+        if sp_grads:
+            return _sp_grads(interp, op, int(sp_grads.group(1)), group)
         return _tensor_parallel(interp, op, group, members)
     label = op.label
     if op.purpose in ("dp-grad", "zero-grad", "ps-reduce", "zero-param", "ps-broadcast"):
@@ -240,6 +244,71 @@ def _cross_entropy_part(part: str, run: BlockRun, cut: int, group: Any) -> tuple
     return work, finish
 
 
+# -- sequence-parallel partial gradients ---------------------------------------------------------------
+def _sp_grad_slot(interp: RankInterpreter, p: nn.Parameter) -> tuple[torch.Tensor, Any]:
+    """(full-size flat gradient of ``p`` as this rank holds it, function writing a reduced one back).
+
+    Where the gradient lives at the step end: a ZeRO-3 shard, a slice of a ZeRO-1/2 bucket shard (zeros
+    outside this rank's slice; tensor-parallel peers hold the same slice, so the sum stays exact), the
+    data-parallel reduced accumulator, or the local ``p.grad``.
+    """
+    book = interp.book
+    numel = p.numel()
+    pshard = book.zero3.get(id(p))
+    if pshard is not None:
+        lo = min(book.dp_index * pshard.shard.numel(), numel)
+        hi = min(lo + pshard.shard.numel(), numel)
+        full = pshard.grad.new_zeros(numel)
+        full[lo:hi] = pshard.grad[: hi - lo]
+
+        def write_shard(reduced: torch.Tensor) -> None:
+            pshard.grad[: hi - lo] = reduced[lo:hi]
+
+        return full, write_shard
+    for shard in book.buckets.values():
+        if any(q is p for q in shard.params):
+            offset = _offset(shard.params, p)
+            lo, hi = max(offset, shard.start), min(offset + numel, shard.stop)
+            full = shard.grad.new_zeros(numel)
+            if lo < hi:
+                full[lo - offset: hi - offset] = shard.grad[lo - shard.start: hi - shard.start]
+
+            def write_bucket(reduced: torch.Tensor, shard: Any = shard, lo: int = lo, hi: int = hi,
+                             offset: int = offset) -> None:
+                if lo < hi:
+                    shard.grad[lo - shard.start: hi - shard.start] = reduced[lo - offset: hi - offset]
+
+            return full, write_bucket
+    if id(p) in book.reduced:
+        return book.reduced[id(p)].reshape(-1).clone(), lambda reduced: book.reduced.__setitem__(
+            id(p), reduced.view_as(p).clone())
+    local = p.grad if p.grad is not None else torch.zeros_like(p)
+
+    def write_local(reduced: torch.Tensor) -> None:
+        p.grad = reduced.view_as(p).clone()
+
+    return local.reshape(-1).clone(), write_local
+
+
+def _sp_grads(interp: RankInterpreter, op: Collective, stage: int, group: Any) -> Pending:
+    """``s<stage>:sp-grads``: sum over the TP group the gradients of the stage's sequence-parallel partial
+    parameters (norms, row-parallel biases, learned positions; Megatron-LM ``_allreduce_layernorm_grads``)."""
+    blocks = sorted(b for b, s in interp.stage_of.items() if s == stage)
+    interp.finish_blocks(set(blocks))
+    params = [p for _, p in block_parameters(interp.modules, blocks) if id(p) in interp.sp_params]
+    slots = [_sp_grad_slot(interp, p) for p in params]
+    flat = torch.cat([full for full, _ in slots]) if slots else torch.zeros(0)
+    work = all_reduce(flat, group)
+
+    def write_back() -> None:
+        offset = 0
+        for full, write in slots:
+            write(flat[offset: offset + full.numel()])
+            offset += full.numel()
+
+    return Pending(handle=op.handle, works=[work], on_complete=write_back)
+
+
 # -- data parallel and ZeRO ---------------------------------------------------------------------------
 def _bucket_params(interp: RankInterpreter, stage: int, index: int) -> list[tuple[str, nn.Parameter]]:
     buckets = grad_buckets(interp.spec, interp.layout, stage)
@@ -247,11 +316,7 @@ def _bucket_params(interp: RankInterpreter, stage: int, index: int) -> list[tupl
         raise ProgramError(f"stage {stage} has {len(buckets)} gradient buckets, not bucket {index}")
     blocks = list(buckets[index].blocks)
     interp.finish_blocks(set(blocks))
-    named = block_parameters(interp.modules, blocks)
-    interp.sp_reduce([p for _, p in named])
-    for _, p in named:
-        interp.sp_done.discard(id(p))
-    return named
+    return block_parameters(interp.modules, blocks)
 
 
 def _bucket(interp: RankInterpreter, op: Collective, stage: int, index: int, group: Any,
@@ -433,7 +498,6 @@ def transfer(interp: RankInterpreter, op: Transfer) -> Pending:
     named = block_parameters(interp.modules, blocks)
     if op.direction == "d2h":
         interp.finish_blocks(set(blocks))
-        interp.sp_reduce([p for _, p in named])
         for _, p in named:
             book.host_grads[id(p)] = book.full_grad(p).detach().to("cpu", copy=True)
             if id(p) not in book.host_params:
@@ -459,5 +523,4 @@ def optimizer_step(interp: RankInterpreter, op: Compute) -> None:
     elif op.device == "cpu":
         book.step_unsharded(blocks, step, host=True)
     else:
-        interp.sp_reduce([p for _, p in block_parameters(interp.modules, blocks)])
         book.step_unsharded(blocks, step)

@@ -46,7 +46,7 @@ WAIT_ROW_MIN_S = 20e-6
 
 SP_PARTIAL_PARAMS = ("norm_weight", "norm_bias", "o_bias", "fc2_bias", "wpe")
 """Replicated parameters whose gradients are partial over the tensor-parallel group under sequence
-parallelism (computed from a sequence shard); Megatron-LM all-reduces them over the TP group."""
+parallelism (computed from a sequence shard); the program's ``s<stage>:sp-grads`` all-reduce sums them."""
 
 
 @dataclass
@@ -100,7 +100,6 @@ class RankInterpreter:
                            for b in range(op.block_start, op.block_end)}
         self.sp_params = {id(p): p for m in self.modules.values() for name, p in m.named_parameters(recurse=False)
                           if self.tp.sequence_parallel and name in SP_PARTIAL_PARAMS}
-        self.sp_done: set[int] = set()
         self.tp_plan = collectives.plan_tp_collectives(self)
         self.timer = make_timer(ctx.device)
         self.step_index = 0
@@ -125,7 +124,6 @@ class RankInterpreter:
         self.result = StepResult()
         self.live_bytes = 0
         self.tp_plan.cursor.clear()
-        self.sp_done.clear()
         self.timer.start_step()
         for index, op in enumerate(self.ops):
             self.current_index = index
@@ -280,24 +278,6 @@ class RankInterpreter:
                 self.finish_backward(run)
                 if run.pending_w:
                     raise ProgramError(f"block {b} micro-batch {run.microbatch}: gradients read before its W op")
-
-    def sp_reduce(self, params: list[Any]) -> None:
-        """All-reduce over the TP group the sequence-parallel partial gradients among ``params`` (not in IR)."""
-        todo = [p for p in params if id(p) in self.sp_params and p.grad is not None and id(p) not in self.sp_done]
-        if not todo:
-            return
-        start = self.timer.mark()
-        flat = torch.cat([p.grad.reshape(-1) for p in todo])
-        group = self.ctx.groups[Mesh.tp_group_name(self.coord)]
-        dist.all_reduce(flat, group=group)
-        offset = 0
-        for p in todo:
-            n = p.numel()
-            p.grad = flat[offset: offset + n].view_as(p).clone()
-            offset += n
-            self.sp_done.add(id(p))
-        self.extra_row("ALL_REDUCE sequence-parallel norm/bias grads (executor-added, not in the IR)",
-                       "all_reduce", "tp", f"comm:{Mesh.tp_group_name(self.coord)}", start, flat.numel() * 4)
 
     # -- point to point -----------------------------------------------------------------------------
     def _p2p(self, op: Send | Recv) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from executor.calibrate import PROBE_KEY, measure_probe
 from executor.costmodel import MeasuredCostModel
 from executor.launch import LaunchConfig
 from executor.reference import reference_training
@@ -41,6 +42,8 @@ class ValidationReport:
     """Losses and updated weights agreed with the single-process reference."""
     weights_error: float
     """Global relative error of the weights after the run vs the reference."""
+    host_speed: float = 1.0
+    """Speed of the host around the run relative to calibration (host-speed probe; 1 = as calibrated)."""
     per_kind: dict[str, tuple[float, float]] = field(default_factory=dict)
     """Op kind -> (predicted, measured) seconds per rank per step."""
     predicted: Trace = field(default_factory=Trace)
@@ -57,6 +60,7 @@ class ValidationReport:
         """The ``--json`` output of ``simgrid-exec validate``."""
         return {"predicted_step_s": self.predicted_step_s, "measured_step_s": self.measured_step_s,
                 "error": self.error, "numerics_match": self.numerics_match, "weights_error": self.weights_error,
+                "host_speed": self.host_speed,
                 "per_kind": {k: {"predicted_s": p, "measured_s": m} for k, (p, m) in sorted(self.per_kind.items())}}
 
 
@@ -85,21 +89,37 @@ def fp32(layout: Layout) -> Layout:
 
 
 def validate_layout(model: ModelSpec, layout: Layout, *, profile: str | Path, steps: int = 4, seed: int = 0,
-                    config: LaunchConfig | None = None) -> ValidationReport:
-    """Run ``steps`` real steps of (model, layout), simulate its Program on ``profile``, compare."""
+                    config: LaunchConfig | None = None, correct_host_speed: bool = False) -> ValidationReport:
+    """Run ``steps`` real steps of (model, layout), simulate its Program on ``profile``, compare.
+
+    With a calibrated profile the host-speed probe runs around the real run and is reported
+    (:attr:`ValidationReport.host_speed`); ``correct_host_speed`` also divides the predicted op times by it
+    (off by default: on a machine with bursty background load the probe missed the bursts that hit the
+    run and made predictions worse, see docs/executor_accuracy.md).
+    """
     from simgrid.engine.run import simulate_program
 
     layout = fp32(layout)
     program = build_program(model, layout)
+    cluster = load_cluster(profile, gpus=layout.world_size)
+    measured_tables = cluster.spec.measured
+    calibrated_probe = measured_tables.compute_time_us(PROBE_KEY) if measured_tables is not None else None
+    probe_before = measure_probe(layout.world_size) if calibrated_probe is not None else 0.0
     run = run_program(program, steps=steps, seed=seed, config=config)
+    host_speed = 1.0
+    if calibrated_probe is not None:
+        # Other load on the machine between calibration and this run slows every op of the interpreter alike;
+        # the probe (a fixed workload, not this run) measures by how much, just before and after the run.
+        now_s = (probe_before + measure_probe(layout.world_size)) / 2
+        host_speed = min(5.0, max(0.2, calibrated_probe * 1e-6 / now_s))
     ref = reference_training(model, layout, seed=seed, steps=steps)
     weights_error = weights_relative_error(run, ref.weights)
     losses_ok = all(abs(a - b) <= NUMERICS_TOLERANCE * abs(b) for a, b in zip(run.losses, ref.losses, strict=True))
-    cluster = load_cluster(profile, gpus=layout.world_size)
-    if cluster.spec.measured is not None and cluster.spec.measured.compute:
+    if measured_tables is not None and measured_tables.compute:
         # Calibrated on this machine: cost ops from the measured tables, interpreter host work included.
         cost, simulated = MeasuredCostModel.for_program(cluster.spec, program)
-        engine = simulate_program(simulated, cluster, mode="full", cost_model=cost)
+        speeds = {r: host_speed if correct_host_speed else 1.0 for r in range(layout.world_size)}
+        engine = simulate_program(simulated, cluster, mode="full", cost_model=cost, speed_factors=speeds)
     else:
         engine = simulate_program(program, cluster, mode="full")
     predicted_kinds = per_kind_seconds(engine.trace)
@@ -108,6 +128,7 @@ def validate_layout(model: ModelSpec, layout: Layout, *, profile: str | Path, st
     return ValidationReport(
         predicted_step_s=float(engine.makespan_s), measured_step_s=run.measured_step_s,
         numerics_match=losses_ok and weights_error <= NUMERICS_TOLERANCE, weights_error=weights_error,
+        host_speed=host_speed,
         per_kind={k: (predicted_kinds.get(k, 0.0), measured_kinds.get(k, 0.0)) for k in kinds},
         predicted=engine.trace, measured=run.trace,
     )

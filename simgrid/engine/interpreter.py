@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import simpy
-from simpy.events import Timeout
+from simpy.events import NORMAL
 
 from simgrid.engine.costmodel import DurationCache, PhaseLike
 from simgrid.engine.flows import FlowNetwork
@@ -41,13 +41,19 @@ from simgrid.errors import SimulationError
 from simgrid.ir import Alloc, Collective, Compute, Free, Op, Program, Recv, Send, Transfer, Wait, format_op
 from simgrid.trace import TraceRow, p2p_match_id
 
+_row: Any = tuple.__new__
+"""``_row(TraceRow, (every field))`` builds a row without the named tuple's Python-level ``__new__`` (which
+fills defaults); a run makes hundreds of thousands of rows. Every field must be given, in order."""
+
 
 class _Stream:
-    __slots__ = ("busy", "queue")
+    __slots__ = ("busy", "label", "queue")
 
-    def __init__(self) -> None:
+    def __init__(self, label: str) -> None:
         self.busy = False
         self.queue: deque[_Comm] = deque()
+        self.label = label
+        """The trace's stream name (``comm:<group>``, ``p2p:<peer>``, ``pcie:<direction>``)."""
 
 
 class _Comm:
@@ -66,14 +72,31 @@ class _Comm:
 
 
 class _Instance:
-    """One collective call, one send/receive pair, or one host transfer: the unit that starts together."""
+    """One collective call, one send/receive pair, or one host transfer: the unit that starts together.
 
-    __slots__ = ("expected", "members", "op")
+    In the fast model it is also the SimPy event of its own end (``callbacks``/``_ok`` are all that
+    ``simpy.Environment.step`` reads), which saves a Timeout and a closure per communication op."""
+
+    __slots__ = ("_ok", "callbacks", "expected", "members", "op")
 
     def __init__(self, op: Op, expected: int) -> None:
         self.op = op
         self.expected = expected
         self.members: list[_Comm] = []
+        self.callbacks: list[Callable[[Any], None]] | None = None
+        self._ok = True
+
+
+class _ComputeEnd:
+    """The SimPy event of a compute op's (possibly re-timed) end; stale when ``version`` is outdated."""
+
+    __slots__ = ("_ok", "callbacks", "rank", "version")
+
+    def __init__(self, rank: _Rank, version: int, callback: Callable[[Any], None]) -> None:
+        self.rank = rank
+        self.version = version
+        self.callbacks: list[Callable[[Any], None]] | None = [callback]
+        self._ok = True
 
 
 class _Rank:
@@ -138,53 +161,68 @@ class Interpreter:
 
     # -- the rank walk -----------------------------------------------------------------------------
     def _advance(self, st: _Rank) -> None:
-        ops, now = st.ops, self.env.now
-        while st.ptr < st.n:
-            op: Any = ops[st.ptr]
-            st.ptr += 1
+        # The walk runs every op that takes no simulated time (memory ops, waits on finished handles,
+        # issues of communication) inline and returns only when the rank must wait for time to pass.
+        ops, now, n = st.ops, self.env.now, st.n
+        compute_s = self.durations.compute
+        ptr = st.ptr
+        while ptr < n:
+            op: Any = ops[ptr]
+            ptr += 1
             t = type(op)
             if t is Compute:
-                duration = self.durations.compute(op, st.speed)
+                duration = compute_s(op, st.speed)
                 if duration > 0:
+                    st.ptr = ptr
                     self._start_compute(st, op, duration)
                     return
                 self._compute_row(st, op, now, now)
             elif t is Wait:
                 comm = st.handles.get(op.handle)
                 if comm is None:
+                    st.ptr = ptr
                     raise SimulationError(
-                        f"rank {st.rank} op {st.ptr - 1}: WAIT handle={op.handle} names no earlier "
+                        f"rank {st.rank} op {ptr - 1}: WAIT handle={op.handle} names no earlier "
                         "send, receive, collective or transfer of this rank; validate the program first"
                     )
                 if not comm.done:
+                    st.ptr = ptr
                     st.waiting, st.wait_start, st.wait_op = comm, now, op
                     return
             elif t is Alloc:
-                if op.name in st.live:
+                live = st.live
+                if op.name in live:
+                    st.ptr = ptr
                     raise SimulationError(f"rank {st.rank}: ALLOC name={op.name} while a buffer of that name is live")
-                st.live[op.name] = (op.bytes, op.category)
+                live[op.name] = (op.bytes, op.category)
                 st.mem.append((now, op.bytes, op.category))
             elif t is Free:
                 freed = st.live.pop(op.name, None)
                 if freed is None:
+                    st.ptr = ptr
                     raise SimulationError(f"rank {st.rank}: FREE name={op.name} releases no live buffer")
                 st.mem.append((now, -freed[0], freed[1]))
             else:
+                st.ptr = ptr
                 self._post(st, op)
+        st.ptr = ptr
 
     def _start_compute(self, st: _Rank, op: Compute, duration: float) -> None:
         now = self.env.now
         st.c_op, st.c_start, st.c_seg, st.c_left = op, now, now, duration
-        st.c_rate = 1.0 - self.slowdown if (st.inflight and op.device == "gpu") else 1.0
-        self._arm_compute(st)
+        rate = st.c_rate = 1.0 - self.slowdown if (st.inflight and op.device == "gpu") else 1.0
+        st.c_ver += 1
+        self.env.schedule(_ComputeEnd(st, st.c_ver, self._compute_timer),  # type: ignore[arg-type]
+                          NORMAL, duration / rate)
 
     def _arm_compute(self, st: _Rank) -> None:
         st.c_ver += 1
-        Timeout(self.env, st.c_left / st.c_rate, (st, st.c_ver)).callbacks.append(self._compute_timer)
+        self.env.schedule(_ComputeEnd(st, st.c_ver, self._compute_timer),  # type: ignore[arg-type]
+                          NORMAL, st.c_left / st.c_rate)
 
-    def _compute_timer(self, event: Any) -> None:
-        st, version = event.value
-        if version != st.c_ver:
+    def _compute_timer(self, event: _ComputeEnd) -> None:
+        st = event.rank
+        if event.version != st.c_ver:
             return  # re-timed since this timeout was armed
         self._compute_done(st)
 
@@ -197,8 +235,8 @@ class Interpreter:
 
     def _compute_row(self, st: _Rank, op: Compute, start: float, end: float) -> None:
         stream = "host" if op.device == "cpu" else "compute"
-        self.rows.append(TraceRow(st.rank, stream, op, op.kind, "compute", start, end, 0,  # type: ignore[arg-type]
-                                  float(op.flops), op.stage, op.microbatch))
+        self.rows.append(_row(TraceRow, (st.rank, stream, op, op.kind, "compute", start, end, 0, float(op.flops),
+                                         op.stage, op.microbatch, "", 0.0)))
         if end > self.makespan_s:
             self.makespan_s = end
 
@@ -225,14 +263,17 @@ class Interpreter:
             key = ("pcie", op.direction)
         else:
             raise SimulationError(f"rank {st.rank}: {op!r} is not an IR op the engine knows")
-        stream = st.streams.get(key)
+        streams = st.streams
+        stream = streams.get(key)
         if stream is None:
-            stream = st.streams[key] = _Stream()
+            label = f"comm:{key}" if t is Collective else f"p2p:{key}" if t is not Transfer else f"pcie:{key[1]}"
+            stream = streams[key] = _Stream(label)
         comm = _Comm(st, op, stream)
         st.handles[op.handle] = comm
         if t is Collective:
-            seq = st.coll_seq.get(key, 0)
-            st.coll_seq[key] = seq + 1
+            coll_seq = st.coll_seq
+            seq = coll_seq.get(key, 0)
+            coll_seq[key] = seq + 1
             comm.seq = seq
         if stream.busy:
             stream.queue.append(comm)
@@ -242,32 +283,39 @@ class Interpreter:
 
     def _ready(self, comm: _Comm) -> None:
         op: Any = comm.op
-        rank = comm.rank.rank
-        if type(op) is Collective:
-            key: Any = (op.group, comm.seq)
-            expected = self._expected.get(op.group)
+        t = type(op)
+        if t is Collective:
+            group = op.group
+            expected = self._expected.get(group)
             if expected is None:
-                expected = self._expected[op.group] = self._simulated_members(op, rank)
-        elif type(op) is Send:
+                expected = self._expected[group] = self._simulated_members(op, comm.rank.rank)
+            if expected == 1:
+                self._start_single(op, comm)
+                return
+            key: Any = (group, comm.seq)
+        elif t is Send:
             k = op.key  # a plain tuple hashes and compares far faster than the P2PKey dataclass
-            key, expected = (rank, op.peer, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
-        elif type(op) is Recv:
+            key, expected = (comm.rank.rank, op.peer, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
+        elif t is Recv:
             k = op.key
-            key, expected = (op.peer, rank, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
+            key, expected = (op.peer, comm.rank.rank, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
         else:
-            key, expected = None, 1
-        if expected == 1:
-            single = _Instance(op, 1)
-            single.members.append(comm)
-            self._start(single)
+            self._start_single(op, comm)
             return
-        inst = self._pending.get(key)
+        pending = self._pending
+        inst = pending.get(key)
         if inst is None:
-            inst = self._pending[key] = _Instance(op, expected)
-        inst.members.append(comm)
-        if len(inst.members) == inst.expected:
-            del self._pending[key]
+            inst = pending[key] = _Instance(op, expected)
+        members = inst.members
+        members.append(comm)
+        if len(members) == inst.expected:
+            del pending[key]
             self._start(inst)
+
+    def _start_single(self, op: Op, comm: _Comm) -> None:
+        single = _Instance(op, 1)
+        single.members.append(comm)
+        self._start(single)
 
     def _simulated_members(self, op: Collective, rank: int) -> int:
         members = self.program.groups.get(op.group)
@@ -280,17 +328,22 @@ class Interpreter:
     def _start(self, inst: _Instance) -> None:
         now = self.env.now
         counts_as_comm = type(inst.op) is not Transfer
+        retime = bool(self.slowdown)
         for comm in inst.members:
             comm.start = now
             if counts_as_comm:
                 st = comm.rank
                 st.inflight += 1
-                if st.inflight == 1:
+                if st.inflight == 1 and retime and st.c_op is not None:
                     self._inflight_changed(st)
         if self.flow and counts_as_comm:
             self._start_flows(inst)
             return
-        self.env.timeout(self._fast_duration(inst)).callbacks.append(lambda _e: self._finish(inst))
+        inst.callbacks = [self._finish_event]
+        self.env.schedule(inst, NORMAL, self._fast_duration(inst))  # type: ignore[arg-type]
+
+    def _finish_event(self, event: _Instance) -> None:
+        self._finish(event)
 
     def _fast_duration(self, inst: _Instance) -> float:
         op: Any = inst.op
@@ -345,16 +398,20 @@ class Interpreter:
             self.makespan_s = now
         op = inst.op
         counts_as_comm = type(op) is not Transfer
-        resume: list[_Rank] = []
-        for comm in inst.members:
+        retime = bool(self.slowdown)
+        members = inst.members
+        rows = self.rows
+        comm_row = self._comm_row
+        for comm in members:
             comm.end, comm.done = now, True
             st = comm.rank
-            self.rows.append(self._comm_row(st.rank, comm))
+            rows.append(comm_row(st.rank, comm))
             if counts_as_comm:
                 st.inflight -= 1
-                if st.inflight == 0:
+                if st.inflight == 0 and retime and st.c_op is not None:
                     self._inflight_changed(st)
-        for comm in inst.members:
+        resume: list[_Rank] = []
+        for comm in members:
             stream = comm.stream
             if stream.queue:
                 self._ready(stream.queue.popleft())
@@ -365,8 +422,8 @@ class Interpreter:
                 st.waiting = None
                 if now > st.wait_start:
                     exposed = now - max(st.wait_start, comm.start)
-                    self.rows.append(TraceRow(st.rank, "compute", st.wait_op, "WAIT", self._purpose(comm.op),
-                                              st.wait_start, now, exposed_s=exposed))
+                    rows.append(TraceRow(st.rank, "compute", st.wait_op, "WAIT", self._purpose(comm.op),
+                                         st.wait_start, now, exposed_s=exposed))
                 resume.append(st)
         for st in resume:
             self._advance(st)
@@ -384,15 +441,19 @@ class Interpreter:
         # ``op`` holds the IR op itself; the Trace renders its text only when read (see Trace.rows).
         op: Any = comm.op
         raw: Any = op
-        if type(op) is Collective:
-            return TraceRow(rank, f"comm:{op.group}", raw, op.kind, op.purpose, comm.start, comm.end, op.bytes)
-        if type(op) is Send:
-            return TraceRow(rank, f"p2p:{op.peer}", raw, "SEND", "pp", comm.start, comm.end, op.bytes, 0.0,
-                            op.key.src_stage, op.key.microbatch, p2p_match_id(rank, op.peer, op))
-        if type(op) is Recv:
-            return TraceRow(rank, f"p2p:{op.peer}", raw, "RECV", "pp", comm.start, comm.end, op.bytes, 0.0,
-                            op.key.dst_stage, op.key.microbatch, p2p_match_id(op.peer, rank, op))
-        return TraceRow(rank, f"pcie:{op.direction}", op, op.direction, "offload", comm.start, comm.end, op.bytes)
+        t = type(op)
+        label = comm.stream.label
+        if t is Collective:
+            return _row(TraceRow, (rank, label, raw, op.kind, op.purpose, comm.start, comm.end, op.bytes, 0.0, -1, -1,
+                                   "", 0.0))
+        if t is Send:
+            return _row(TraceRow, (rank, label, raw, "SEND", "pp", comm.start, comm.end, op.bytes, 0.0,
+                                   op.key.src_stage, op.key.microbatch, p2p_match_id(rank, op.peer, op), 0.0))
+        if t is Recv:
+            return _row(TraceRow, (rank, label, raw, "RECV", "pp", comm.start, comm.end, op.bytes, 0.0,
+                                   op.key.dst_stage, op.key.microbatch, p2p_match_id(op.peer, rank, op), 0.0))
+        return _row(TraceRow, (rank, label, op, op.direction, "offload", comm.start, comm.end, op.bytes, 0.0, -1, -1,
+                               "", 0.0))
 
     # -- diagnostics -------------------------------------------------------------------------------
     def _deadlock_message(self, stuck: list[_Rank]) -> str:

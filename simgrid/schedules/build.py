@@ -10,7 +10,8 @@ Passes, in order (each in :mod:`simgrid.schedules.lower`, each with its own test
    per bucket on the last micro-batch; :func:`~.data_parallel.add_zero2_grad_sync` - ZeRO-2 per micro-batch;
 6. :func:`~.tensor_parallel.add_tensor_parallel` - Megatron TP collectives around compute ops;
 7. :func:`~.p2p.add_pipeline_p2p` - pipeline SEND/RECV placed deadlock-free (all pipeline ranks at once);
-8. :func:`~.optimizer.add_step_end` - grad-sync waits, tied-embedding sync, optimizer (offload), param sync;
+8. :func:`~.optimizer.add_step_end` - grad-sync waits, sequence-parallel partial-gradient all-reduce
+   (:func:`~.tensor_parallel.sp_grad_sync`), tied-embedding sync, optimizer (offload), param sync;
 9. :func:`~.optimizer.add_model_states` - weights/grads/optimizer ALLOC first and FREE last.
 
 The passes build one op list per pipeline rank (two with a parameter server: the server and the

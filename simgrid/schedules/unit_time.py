@@ -69,26 +69,41 @@ def simulate_unit_time(order: PipelineOrder, durations: dict[str, float] | None 
     clock = [0.0] * len(order)
     position = [0] * len(order)
     remaining = sum(len(row) for row in order)
-    while remaining:
-        progressed = False
-        for rank, row in enumerate(order):
-            while position[rank] < len(row):
-                action = row[position[rank]]
-                needs = _producer_keys(action, num_stages)
-                if any(key not in finish for key in needs):
+    # Each rank runs until an input is missing and then sleeps on that input; producing it wakes the
+    # rank. Every start is the max of the rank's clock and its inputs' finishes, which do not depend
+    # on the order ranks are visited in, so this equals sweeping all ranks until none progresses,
+    # at a cost linear in the actions instead of (sweeps x ranks).
+    sleepers: dict[tuple[int, str, int], list[int]] = {}
+    runnable = list(range(len(order) - 1, -1, -1))
+    while runnable:
+        rank = runnable.pop()
+        row = order[rank]
+        while position[rank] < len(row):
+            action = row[position[rank]]
+            needs = _producer_keys(action, num_stages)
+            missing = None
+            for key in needs:
+                if key not in finish:
+                    missing = key
                     break
-                start = max([clock[rank], *(finish[key] for key in needs)])
-                clock[rank] = start + widths[action.kind]
-                finish[_result_key(action)] = clock[rank]
-                starts[rank].append(start)
-                position[rank] += 1
-                remaining -= 1
-                progressed = True
-        if not progressed:
-            stuck = ", ".join(
-                f"rank {r} at {row[position[r]]}" for r, row in enumerate(order) if position[r] < len(row)
-            )
-            raise ScheduleError(f"pipeline order deadlocks: every rank waits for an input ({stuck})")
+            if missing is not None:
+                sleepers.setdefault(missing, []).append(rank)
+                break
+            start = max([clock[rank], *(finish[key] for key in needs)])
+            clock[rank] = start + widths[action.kind]
+            produced = _result_key(action)
+            finish[produced] = clock[rank]
+            starts[rank].append(start)
+            position[rank] += 1
+            remaining -= 1
+            woken = sleepers.pop(produced, None)
+            if woken is not None:
+                runnable.extend(woken)
+    if remaining:
+        stuck = ", ".join(
+            f"rank {r} at {row[position[r]]}" for r, row in enumerate(order) if position[r] < len(row)
+        )
+        raise ScheduleError(f"pipeline order deadlocks: every rank waits for an input ({stuck})")
     busy = [sum(widths[a.kind] for a in row) for row in order]
     return UnitTimeResult(starts=starts, makespan=max(clock, default=0.0), busy=busy)
 

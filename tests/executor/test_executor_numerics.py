@@ -51,6 +51,8 @@ FOUR_RANK: dict[str, Layout] = {
     "dp2xpp2": Layout(dp=2, pp=2, global_batch_size=4, **SGD),
     "tp2xpp2": Layout(tp=2, pp=2, global_batch_size=4, **SGD),
     "tp2xdp2-zero1": Layout(tp=2, dp=2, zero=1, global_batch_size=4, **SGD),
+    # Sequence-parallel partial gradients summed by the IR's sp-grads all-reduce out of ZeRO-2 shards.
+    "tp2xdp2-sp-zero2": Layout(tp=2, dp=2, zero=2, sequence_parallel=True, global_batch_size=4, **SGD),
 }
 LOSS_STEPS = 20
 LOSS_LAYOUT = Layout(dp=2, global_batch_size=8, precision="fp32", micro_batch_size=2)
@@ -116,7 +118,7 @@ def test_two_rank_layout_matches_single_process_reference(name: str, two_rank_re
 @pytest.mark.parametrize("name", list(FOUR_RANK))
 def test_four_rank_hybrid_layout_matches_single_process_reference(
         name: str, four_rank_results: dict[str, RunResult]) -> None:
-    """DP2xPP2, TP2xPP2 and TP2xDP2 with ZeRO-1 on 4 ranks match the reference too."""
+    """DP2xPP2, TP2xPP2 and TP2xDP2 with ZeRO-1 (and with SP + ZeRO-2) on 4 ranks match the reference too."""
     check_against_reference(name, FOUR_RANK[name], four_rank_results[name])
 
 
@@ -140,6 +142,15 @@ def test_trace_has_a_row_per_compute_op_on_every_rank(two_rank_results: dict[str
     assert len(computes) == expected
     assert all(r.end_s >= r.start_s >= 0 for r in rows)
     assert {r.stream for r in rows} >= {"compute", "p2p:0"}
+
+
+def test_sequence_parallel_grads_are_summed_by_the_programs_own_all_reduce(
+        two_rank_results: dict[str, RunResult]) -> None:
+    """Under SP the norm/bias gradients are all-reduced over the TP group by the program's s0:sp-grads op
+    (a trace row with the IR's text); the executor adds no all-reduce of its own outside the IR."""
+    rows = two_rank_results["tp2-sequence-parallel"].trace.rows_of(0)
+    assert [r for r in rows if "s0:sp-grads" in r.op and r.kind == "all_reduce"]
+    assert not [r for r in rows if "not in the IR" in r.op]
 
 
 def test_program_failing_validation_never_launches() -> None:

@@ -90,3 +90,43 @@ def test_grid_shows_idle_slots_and_the_idle_fraction() -> None:
     assert lines[1].split()[2:] == ["0F0", "0F1", "...", "...", "0B0", "---", "...", "0B1", "---"]
     assert lines[2].split()[2:] == ["...", "1F0", "1B0", "---", "1F1", "1B1", "---", "...", "..."]
     assert lines[-1] == "makespan 9 units, idle fraction 0.333"
+
+
+def _sweep_until_stuck(order: list[list[Action]], widths: dict[str, float]) -> list[list[float]]:
+    """Reference: visit every rank in turn, running what is ready, until a sweep makes no progress."""
+    stages = 1 + max(a.stage for row in order for a in row)
+    finish: dict[tuple[int, str, int], float] = {}
+    starts: list[list[float]] = [[] for _ in order]
+    clock = [0.0] * len(order)
+    progressed = True
+    while progressed:
+        progressed = False
+        for rank, row in enumerate(order):
+            while len(starts[rank]) < len(row):
+                a = row[len(starts[rank])]
+                if a.kind == "F":
+                    needs = [(a.stage - 1, "G0", a.microbatch)] if a.stage > 0 else []
+                elif a.kind == "W":
+                    needs = [(a.stage, "G", a.microbatch)]
+                else:
+                    needs = [(a.stage, "G0", a.microbatch)]
+                    needs += [(a.stage + 1, "G", a.microbatch)] if a.stage + 1 < stages else []
+                if any(k not in finish for k in needs):
+                    break
+                start = max([clock[rank]] + [finish[k] for k in needs])
+                clock[rank] = start + widths[a.kind]
+                finish[(a.stage, "G0" if a.kind == "F" else "G" if a.kind in "BI" else "W", a.microbatch)] = clock[rank]
+                starts[rank].append(start)
+                progressed = True
+    return starts
+
+
+@pytest.mark.parametrize("schedule,vpp", [("gpipe", 1), ("1f1b", 1), ("interleaved-1f1b", 2),
+                                          ("interleaved-1f1b", 3), ("zb-h1", 1), ("zbv", 2)])
+def test_start_times_match_a_sweep_over_all_ranks(schedule: str, vpp: int) -> None:
+    """The event-driven unit-time run gives every action the start of a plain sweep-until-stuck run."""
+    widths = {"F": 1.0, "B": 2.5, "I": 1.25, "W": 0.75}
+    for pp in (2, 3, 4):
+        for m in (pp, 2 * pp, 3 * pp):
+            order = pipeline_order(schedule, pp, m, vpp)
+            assert simulate_unit_time(order, widths).starts == _sweep_until_stuck(order, widths), (pp, m)

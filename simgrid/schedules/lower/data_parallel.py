@@ -15,6 +15,8 @@
   bucket's first backward op and freed once its reduce-scatter has completed, which is waited for when
   the next bucket's reduce-scatter is issued (double buffering, as DeepSpeed stage 2 with
   ``overlap_comm``; Rajbhandari et al. 2020, section 5.2), the last one at the end of that backward.
+  At ``stage`` granularity one backward op covers every bucket, so a single buffer of the largest two
+  consecutive buckets stands for the double buffer (:func:`double_buffer_bytes`).
 
 WAITs for the DDP, PS and ZeRO-1 handles sit before the optimizer step (added by the step-end pass).
 """
@@ -91,6 +93,12 @@ def add_overlapped_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> 
     return role
 
 
+def double_buffer_bytes(buckets: list[Bucket]) -> int:
+    """Most bucket bytes live at once when each bucket is freed as the next one's reduce-scatter starts."""
+    sizes = [b.bytes for b in buckets]
+    return max((sum(sizes[i: i + 2]) for i in range(len(sizes))), default=0)
+
+
 def add_zero2_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     """ZeRO-2: per micro-batch, reduce-scatter each bucket as its backward completes, then free it."""
     if ctx.layout.dp == 1 or ctx.layout.zero != 2:
@@ -104,17 +112,29 @@ def add_zero2_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
         allocs: dict[int, list[Op]] = defaultdict(list)
         syncs: dict[int, list[Op]] = defaultdict(list)
         pending: list[Op] = []
-        for bucket in ctx.buckets(action.stage):
+        buckets = ctx.buckets(action.stage)
+        # One stage-wide compute op stands for every bucket's backward: one buffer of the double-buffered
+        # window (two consecutive buckets) replaces the per-bucket buffers, which would all be live at once.
+        shared = f"zero2-buckets:{tag}" if ctx.granularity == "stage" else None
+        if shared is not None:
+            allocs[max(buckets[0].blocks)].append(Alloc(name=shared, bytes=double_buffer_bytes(buckets),
+                                                        category="comm"))
+        for bucket in buckets:
             buffer = f"zero2-bucket:{tag}:bucket{bucket.index}"
             handle = f"zero-grad:{tag}:bucket{bucket.index}"
-            allocs[max(bucket.blocks)].append(Alloc(name=buffer, bytes=bucket.bytes, category="comm"))
+            if shared is None:
+                allocs[max(bucket.blocks)].append(Alloc(name=buffer, bytes=bucket.bytes, category="comm"))
             # Double buffering: the previous bucket is released once this one's reduce-scatter is issued.
             syncs[min(bucket.blocks)] += [
                 Collective(kind="reduce_scatter", group=group, bytes=bucket.bytes, purpose="zero-grad",
                            handle=handle, label=f"s{action.stage}:bucket{bucket.index}"),
                 *pending,
             ]
-            pending = [Wait(handle=handle), Free(name=buffer)]
+            pending = [Wait(handle=handle)]
+            if shared is None:
+                pending.append(Free(name=buffer))
+        if shared is not None:
+            pending.append(Free(name=shared))
         new_ops: list[Op] = []
         for op in step.ops:
             if isinstance(op, Compute) and op.kind in ("B", "W", "R"):

@@ -8,7 +8,9 @@ With a parameter server only the server (the data-parallel group's first rank) h
 
 Step end, in this order (Megatron-LM ``finalize_model_grads`` then ``optimizer.step``):
 
-1. WAIT every outstanding gradient collective (DDP all-reduce, ZeRO reduce-scatter, PS reduce);
+1. WAIT every outstanding gradient collective (DDP all-reduce, ZeRO reduce-scatter, PS reduce); with
+   sequence parallelism then an ALL_REDUCE per stage over the TP group of the norm, row-parallel bias and
+   position-embedding gradients (:func:`~.tensor_parallel.sp_grad_sync`);
 2. tied embeddings with pp > 1: ALL_REDUCE of the word-embedding gradient between the first and the last
    stage (Shoeybi et al. 2019; Megatron-LM ``_allreduce_embedding_grads``), group ``embed/dp<d>-tp<t>``;
 3. the optimizer step, one OPT op per local stage over the parameters this rank updates (its ZeRO shard);
@@ -27,6 +29,7 @@ from simgrid.ir.ops import Alloc, Collective, Compute, Free, Op, Transfer, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.layout.spec import Layout
 from simgrid.schedules.lower.context import LoweringContext, Role
+from simgrid.schedules.lower.tensor_parallel import sp_grad_sync
 
 OPTIMIZER_FLOPS_PER_PARAM: dict[str, int] = {
     # Adam (Kingma & Ba 2015, Algorithm 1) per parameter: m <- b1 m + (1-b1) g (3), v <- b2 v + (1-b2) g^2
@@ -190,7 +193,7 @@ def _param_sync(ctx: LoweringContext, pp_rank: int) -> list[Op]:
 
 def add_step_end(ctx: LoweringContext, role: Role, pp_rank: int, dp: int = 0) -> Role:
     """Grad-sync waits, tied-embedding sync, optimizer step and parameter sync, in the epilogue."""
-    ops = _outstanding_grad_syncs(role) + _embed_sync(ctx, pp_rank)
+    ops = _outstanding_grad_syncs(role) + sp_grad_sync(ctx, pp_rank) + _embed_sync(ctx, pp_rank)
     if _holds_optimizer(ctx, dp):
         ops += _optimizer_ops(ctx, pp_rank)
     ops += _param_sync(ctx, pp_rank)

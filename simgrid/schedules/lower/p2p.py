@@ -124,7 +124,14 @@ def add_pipeline_p2p(ctx: LoweringContext, roles: list[Role]) -> list[Role]:
             heads[t.dst_rank][t.consumer_step].append(Wait(handle=recv))
             ends[t.dst_rank][t.consumer_step].append(Free(name=recv))
     for rank, role in enumerate(roles):
+        head, end, tail = heads[rank], ends[rank], tails[rank]
         for index, step in enumerate(role):
-            step.ops = heads[rank][index] + step.ops + ends[rank][index] + tails[rank][index]
+            # Most steps have no transfer: look up without the defaultdicts making empty lists, and
+            # still give every step a fresh list, as the concatenation does.
+            first, after, last = head.get(index), end.get(index), tail.get(index)
+            if first is None and after is None and last is None:
+                step.ops = step.ops[:]
+            else:
+                step.ops = (first or []) + step.ops + (after or []) + (last or [])
         role[-1].ops = send_waits[rank] + role[-1].ops
     return roles

@@ -91,3 +91,52 @@ def add_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
                 new_ops.append(op)
         step.ops = new_ops
     return role
+
+
+def sp_partial_params(ctx: LoweringContext, block: int) -> int:
+    """Parameters of a block whose gradients are partial sums over the TP group under sequence parallelism.
+
+    Those parameters are replicated over the tensor-parallel group but see only this rank's sequence
+    shard: every norm, the biases of the row-parallel output projections (attention out, MLP out) and
+    the learned position embedding (Korthikanti et al. 2022, section 4.2.2; Megatron-LM marks them
+    ``sequence_parallel`` and ``_allreduce_layernorm_grads`` sums them).
+    """
+    from simgrid.model.blocks import block_kind
+    from simgrid.model.params import norm_params
+
+    model = ctx.model
+    kind, _ = block_kind(model, block)
+    if kind == "embed":
+        return model.seq_length * model.hidden_size if model.position == "learned" else 0
+    if kind == "head":
+        return norm_params(model)
+    return norm_params(model) + (model.hidden_size if model.bias else 0)
+
+
+def sp_grad_sync(ctx: LoweringContext, pp_rank: int) -> list[Op]:
+    """One ALL_REDUCE per local stage over the TP group of its sequence-parallel partial gradients, then
+    the WAITs; empty without sequence parallelism.
+
+    Placed after the data-parallel gradient sync has completed and before the tied-embedding sync and
+    the optimizer, the order of Megatron-LM's ``finalize_model_grads`` (``finish_grad_sync``, then
+    ``_allreduce_layernorm_grads``, then ``_allreduce_embedding_grads``); both reductions are sums, so
+    their order does not change the result.
+    """
+    lay = ctx.layout
+    if not lay.sequence_parallel or lay.tp == 1:
+        return []
+    from simgrid.memory.states import state_bytes_per_param
+
+    grad_bytes = state_bytes_per_param(lay).grads
+    group = Mesh.tp_group_name(ctx.coord(pp_rank))
+    issues: list[Op] = []
+    waits: list[Op] = []
+    for stage in ctx.stages_of(pp_rank):
+        count = sum(sp_partial_params(ctx, b) for b in ctx.blocks(stage))
+        if count == 0:
+            continue
+        handle = f"tp:s{stage}:sp-grads"
+        issues.append(Collective(kind="all_reduce", group=group, bytes=count * grad_bytes, purpose="tp",
+                                 handle=handle, label=f"s{stage}:sp-grads"))
+        waits.append(Wait(handle=handle))
+    return issues + waits
