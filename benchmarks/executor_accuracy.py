@@ -138,15 +138,18 @@ thread and delays the compute stream. Nothing in the profile comes from the runs
 ## What limits the accuracy (honest discussion)
 
 The targets were not met in any trial while this was developed (2026-11-22, load average 2-6 on the 2
-cores from other engineers' test runs; the machine was never quiet): mean |error| 21-31%, with the sign
-of each layout's error changing from one trial to the next (DP2 from -42% to +32%, ZeRO-3 from -48% to
-+78%, PP2-GPipe from -54% to +5%). An error that flips sign between identical runs is noise, not a
-modelling bias, so no further tuning on these numbers was attempted (it would be fitting the noise).
+cores from other engineers' test runs; the machine was never quiet): over eight trials the mean |error|
+ranged 11-36% (the lowest, the table above, at the lowest load), with the sign of a layout's error
+changing from one trial to the next (DP2 from -42% to +32%, PP2-1F1B from -42% to +52%, ZeRO-3 from
+-48% to +78%). An error that flips sign between identical runs is noise, not a
+modelling bias, so no further tuning on these numbers was attempted (it would be fitting the noise). In two trials PP2 was over-predicted by ~50%; a suspect is the
+in-situ send issue cost (2.5-3.5 ms, far above a bare `isend`), which may include waiting for the peer
+that the engine also models (counted twice). Not verified.
 The previous version of the prediction (GPU formulas, no host work, no slowdown) was -13% to -88%,
 always too fast; the largest missing physics was the interpreter's host work, now measured per op:
 issuing an async gloo collective costs 0.2-1.5 ms of host time on this machine (measured alone too:
 `dist.all_reduce(..., async_op=True)` returns after ~0.2-0.5 ms), a ZeRO-3 FREE of gathered parameters
-~3 ms, a DP bucket issue (flattening the gradients) ~6 ms, and a pipeline send ~2.6 ms.
+~2.5-3 ms, a DP bucket issue (flattening the gradients) ~6-7 ms, and a pipeline send ~2.5-3.5 ms.
 
 * Noise dominates. Two cores are shared by two ranks, gloo's threads and whatever else runs on the
   machine; a step is 50-300 ms of mostly Python dispatch, and consecutive steps of the same program
