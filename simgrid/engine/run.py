@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import gc
 import math
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -14,6 +12,7 @@ from simgrid.engine.interpreter import Interpreter
 from simgrid.engine.memory import MemoryReport, build_report
 from simgrid.engine.symmetry import plan_ranks
 from simgrid.errors import SimulationError
+from simgrid.gcpause import collector_paused
 from simgrid.ir import Program
 from simgrid.trace import Trace
 
@@ -103,25 +102,9 @@ def simulate_program(program: Program, cluster: Cluster | None = None, *, mode: 
         cost_model = ClusterCostModel(cluster, dtype=dtype)
     if memory_capacity_bytes is None:
         memory_capacity_bytes = cluster.gpu.memory_bytes if cluster is not None else 0
-    with _collector_paused():
+    with collector_paused():
         return _run(program, cluster, mode=mode, comm_model=comm_model, speeds=speeds, cost_model=cost_model,
                     memory_capacity_bytes=memory_capacity_bytes)
-
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    # A run allocates hundreds of thousands of short-lived objects (events, handles, trace rows) and
-    # instantiates the ranks' op tuples; the cyclic collector would rescan the growing heap again and
-    # again (a quarter of the run time of a 64-rank interleaved pipeline). Reference counting frees
-    # almost all of it; the few cycles (handles <-> rank state) are collected after the run.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
 
 def _run(program: Program, cluster: Cluster | None, *, mode: str, comm_model: str, speeds: dict[int, float],
          cost_model: CostModel, memory_capacity_bytes: int) -> EngineResult:

@@ -24,10 +24,7 @@ export and full mode see every rank exactly as an eagerly built program would ha
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Iterator
-from contextlib import contextmanager
-
+from simgrid.gcpause import collector_paused
 from simgrid.ir.ops import Op
 from simgrid.ir.program import LazyRanks, Program
 from simgrid.layout.spec import Layout, check_layout
@@ -106,23 +103,9 @@ def program_groups(ctx: LoweringContext) -> dict[str, tuple[int, ...]]:
                 )
     return groups
 
-
-@contextmanager
-def _collector_paused() -> Iterator[None]:
-    # Building millions of small immutable ops makes the cyclic garbage collector rescan them over and
-    # over (more than half the build time at 1024 ranks); they form no cycles, so pause it meanwhile.
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def build_program(model: ModelSpec, layout: Layout, *, granularity: Granularity = "block") -> Program:
     """Lower ``layout``'s pipeline schedule for ``model`` into a Program covering every rank."""
-    with _collector_paused():
+    with collector_paused():
         return _build(model, layout, granularity)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from simgrid.errors import LayoutError
+from simgrid.gcpause import collector_paused
 from simgrid.layout import Layout
 from simgrid.model.spec import ModelSpec
 from simgrid.sweep.constraints import SweepConstraints
@@ -302,11 +303,8 @@ def _init_worker(model: ModelSpec, cluster_ref: Any, gpus: int, options: dict[st
 
 def _evaluate_in_worker(layout: Layout) -> tuple[dict[str, Any] | None, str | None]:
     # One layout's objects die together when it returns; collecting cycles mid-run only costs time.
-    gc.disable()
-    try:
+    with collector_paused():
         return _WORKER_EVALUATOR[0](layout)
-    finally:
-        gc.enable()
 
 
 def _simulate_all(
