@@ -245,15 +245,21 @@ def insitu_samples(model: ModelSpec, layouts: Sequence[Layout], *, steps: int = 
     return samples
 
 
-def compute_samples(model: ModelSpec, layouts: Sequence[Layout], *, steps: int = 4,
-                    config: LaunchConfig | None = None) -> list[tuple[Compute, float]]:
-    """(op, seconds) of the compute ops of short real runs of ``layouts`` (for :func:`fit_compute`)."""
+def compute_ops_by_key(model: ModelSpec, layouts: Sequence[Layout]) -> dict[str, Compute]:
+    """One device compute op per measured-table key over the programs of ``layouts``."""
     ops: dict[str, Compute] = {}
     for layout in layouts:
         for rank_ops in build_program(model, layout).ranks:
             for op in rank_ops:
                 if isinstance(op, Compute) and op.device == "gpu":
                     ops.setdefault(compute_key(op), op)
+    return ops
+
+
+def compute_samples(model: ModelSpec, layouts: Sequence[Layout], *, steps: int = 4,
+                    config: LaunchConfig | None = None) -> list[tuple[Compute, float]]:
+    """(op, seconds) of the compute ops of short real runs of ``layouts`` (for :func:`fit_compute`)."""
+    ops = compute_ops_by_key(model, layouts)
     return [(ops[key], seconds) for key, seconds, _ in insitu_samples(model, layouts, steps=steps, config=config)
             if key in ops]
 
@@ -442,12 +448,7 @@ def calibrate(model: ModelSpec, *, world_size: int = 2, out: str | Path | None =
     samples = insitu_samples(model, layouts)
     # The in-situ samples ran between the two probes: their mean is the host speed they were taken at.
     samples.append((PROBE_KEY, (probe_before + measure_probe(world_size)) / 2, False))
-    ops: dict[str, Compute] = {}
-    for layout in layouts:
-        for rank_ops in build_program(model, layout).ranks:
-            for op in rank_ops:
-                if isinstance(op, Compute) and op.device == "gpu":
-                    ops.setdefault(compute_key(op), op)
+    ops = compute_ops_by_key(model, layouts)
     fit = fit_compute([(ops[k], sec) for k, sec, _ in samples if k in ops])
     spec = build_profile(name=name, world_size=world_size, comm=comm, fit=fit, compute_rows=table_rows(samples),
                          slowdown=slowdown)
