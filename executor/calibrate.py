@@ -56,8 +56,10 @@ from simgrid.schedules import build_program
 
 COLLECTIVE_SIZES_BYTES = (256, 2048, 8192, 32768, 131072, 524288, 2097152)
 """Message sizes measured per collective (the tiny model's TP/DP messages fall between 128 B and 1 MB)."""
-REPEATS = 15
-"""Timed repetitions per size (the median is kept), after 3 warm-up runs."""
+REPEATS = 20
+"""Timed repetitions per size after 3 warm-up runs; the 10%-trimmed mean is kept (see
+:func:`executor.costmodel.mean_rows`: gloo's latency on a shared host is bimodal, 0.3 ms or a 4 ms
+scheduler tick, and a step pays the mean, not the median)."""
 MEASURED_KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce")
 SLOWDOWN_MESSAGE_BYTES = 1 << 20
 """Background all-reduce size of the slowdown benchmark (the tiny model's largest DP bucket is ~1 MB)."""
@@ -116,7 +118,7 @@ def _bench_worker(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     group = dist.group.WORLD
     size, index = ctx.world_size, ctx.rank
     collectives: list[tuple[str, int, float]] = []
-    for kind, nbytes in itertools.product(payload["kinds"], payload["sizes"]):
+    for kind, nbytes in ((k, n) for k in payload["kinds"] for n in payload["sizes_by_kind"].get(k, payload["sizes"])):
         ctx.report_op(f"calibrate {kind} {nbytes} B")
         times = []
         for rep in range(REPEATS + 3):
@@ -125,9 +127,9 @@ def _bench_worker(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
             _time_collective(kind, nbytes, group, size, index, backend)
             if rep >= 3:
                 times.append(time.perf_counter() - start)
-        collectives.append((kind, nbytes, statistics.median(times)))
+        collectives.append((kind, nbytes, trimmed_mean_s(times)))
     p2p: list[tuple[int, float]] = []
-    for nbytes in payload["sizes"]:
+    for nbytes in payload["sizes_by_kind"].get("send", payload["sizes"]):
         ctx.report_op(f"calibrate send/recv {nbytes} B")
         buf = torch.ones(max(1, nbytes // 4))
         times = []
@@ -142,7 +144,7 @@ def _bench_worker(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
                 dist.send(buf, dst=0)
             if rep >= 3:
                 times.append((time.perf_counter() - start) / 2)
-        p2p.append((nbytes, statistics.median(times)))
+        p2p.append((nbytes, trimmed_mean_s(times)))
     big = torch.ones(16 * 2**20)
     times = []
     for _ in range(5):
@@ -153,10 +155,62 @@ def _bench_worker(ctx: RankContext, payload: dict[str, Any]) -> dict[str, Any]:
     return {"collectives": collectives, "p2p": p2p, "memory_Bps": bandwidth}
 
 
+INSITU_COMM_PREFIX = "COMM:"
+"""Sample-key prefix of synchronous collectives timed in situ (see :func:`merge_insitu_collectives`)."""
+
+
+def insitu_collective_key(kind: str, nbytes: int) -> str:
+    """Sample key of an in-situ synchronous collective of ``kind`` moving ``nbytes`` per call."""
+    return f"{INSITU_COMM_PREFIX}{kind}:{nbytes}"
+
+
+def merge_insitu_collectives(collectives: Sequence[tuple[str, int, float]],
+                             samples: Sequence[tuple[str, float, bool]]) -> list[tuple[str, int, float]]:
+    """Collective rows (kind, bytes, seconds) with the in-situ synchronous measurements in place of the
+    micro-benchmark's at the same kind and size (added when the grid lacks that size).
+
+    A collective waited right after it is issued (tensor parallelism's all-reduces) also pays, inside a
+    step, for the peer arriving late and for gloo's thread wake-ups after compute; measured alone after
+    a barrier it looked half as long on this machine (1.2 ms against 2.5 ms for a 256 KiB all-reduce).
+    """
+    insitu = mean_rows([(k, sec) for k, sec, _ in samples if k.startswith(INSITU_COMM_PREFIX)])
+    rows = {(kind, nbytes): seconds for kind, nbytes, seconds in collectives}
+    for key, us in insitu.items():
+        kind, nbytes = key[len(INSITU_COMM_PREFIX):].rsplit(":", 1)
+        rows[(kind, int(nbytes))] = us * 1e-6
+    return [(kind, nbytes, seconds) for (kind, nbytes), seconds in sorted(rows.items())]
+
+
+def trimmed_mean_s(times: Sequence[float]) -> float:
+    """Mean of ``times`` with :data:`executor.costmodel.TRIM_FRACTION` dropped at each end."""
+    return mean_rows([("t", t) for t in times])["t"] * 1e-6
+
+
+def program_message_sizes(model: ModelSpec, layouts: Sequence[Layout]) -> dict[str, tuple[int, ...]]:
+    """Collective kind (and ``"send"``) -> bytes per call the programs of ``layouts`` issue, sorted.
+
+    Measured in addition to :data:`COLLECTIVE_SIZES_BYTES` so the tables hold the model's own message
+    sizes (gradient buckets, gathered blocks, activations) instead of interpolating between grid points.
+    """
+    sizes: dict[str, set[int]] = {}
+    for layout in layouts:
+        for rank_ops in build_program(model, layout).ranks:
+            for op in rank_ops:
+                if isinstance(op, Collective):
+                    sizes.setdefault(op.kind, set()).add(max(1, op.bytes // max(1, op.count)))
+                elif isinstance(op, Send):
+                    sizes.setdefault("send", set()).add(max(1, op.bytes))
+    return {kind: tuple(sorted(values)) for kind, values in sizes.items()}
+
+
 def measure_communication(world_size: int = 2, *, sizes: Sequence[int] = COLLECTIVE_SIZES_BYTES,
+                          sizes_by_kind: dict[str, tuple[int, ...]] | None = None,
                           config: LaunchConfig | None = None) -> dict[str, Any]:
-    """Collective, send/recv and memory-bandwidth measurements from a real ``world_size``-rank world."""
-    payload = {"kinds": MEASURED_KINDS, "sizes": tuple(sizes)}
+    """Collective, send/recv and memory-bandwidth measurements from a real ``world_size``-rank world.
+
+    ``sizes_by_kind`` (collective kind or ``"send"`` -> sizes) overrides ``sizes`` per kind.
+    """
+    payload = {"kinds": MEASURED_KINDS, "sizes": tuple(sizes), "sizes_by_kind": dict(sizes_by_kind or {})}
     results = spawn_world(_bench_worker, payload, config or LaunchConfig(world_size=world_size, run_timeout_s=600))
     return dict(results[0])
 
@@ -175,14 +229,17 @@ class _TimedInterpreter(RankInterpreter):
         self.samples: list[tuple[str, float, bool]] = []
         self._issued: dict[str, Op] = {}
         self._dispatched_s = 0.0
+        self._last_issue: tuple[str, float] | None = None
 
     def _dispatch(self, op: Op, text: str) -> None:
         busy = bool(self.pending)
         start = time.perf_counter()
         self._blocked_s = 0.0
         comm = self._issued.pop(op.handle, None) if isinstance(op, Wait) else None
+        last_issue, self._last_issue = self._last_issue, None
         super()._dispatch(op, text)
-        seconds = time.perf_counter() - start
+        end = time.perf_counter()
+        seconds = end - start
         self._dispatched_s += seconds
         if isinstance(op, Compute):
             if op.device == "gpu":
@@ -190,6 +247,13 @@ class _TimedInterpreter(RankInterpreter):
             return
         if isinstance(op, (Collective, Send, Recv, Transfer)):
             self._issued[op.handle] = op
+            self._last_issue = (op.handle, end)
+        if isinstance(op, Wait) and isinstance(comm, Collective) and last_issue is not None and last_issue[0] == op.handle:
+            # A synchronous collective (waited right after it was issued, as TP's are): its time from the
+            # end of the issue to the end of the blocking wait is what the step pays for it on this host,
+            # peer skew and gloo's wake-up delays included, which a barrier-aligned micro-benchmark misses.
+            comm_s = (start - last_issue[1]) + self._blocked_s
+            self.samples.append((insitu_collective_key(comm.kind, comm.bytes // max(1, comm.count)), comm_s, False))
         for key in host_keys(op, comm):
             self.samples.append((key, max(0.0, seconds - self._blocked_s), False))
 
@@ -441,17 +505,21 @@ def calibration_layouts(world_size: int) -> list[Layout]:
 def calibrate(model: ModelSpec, *, world_size: int = 2, out: str | Path | None = None,
               name: str = "localhost-gloo") -> tuple[ClusterSpec, ComputeFit]:
     """Measure this machine and return (and optionally write) its cluster profile."""
-    comm = measure_communication(world_size)
-    slowdown = measure_slowdown(world_size) if world_size >= 2 else 0.0
     layouts = calibration_layouts(world_size)
+    own = program_message_sizes(model, layouts)
+    by_kind = {kind: tuple(sorted(set(COLLECTIVE_SIZES_BYTES) | set(own.get(kind, ()))))
+               for kind in (*MEASURED_KINDS, "send")}
+    comm = measure_communication(world_size, sizes_by_kind=by_kind)
+    slowdown = measure_slowdown(world_size) if world_size >= 2 else 0.0
     probe_before = measure_probe(world_size)
     samples = insitu_samples(model, layouts)
     # The in-situ samples ran between the two probes: their mean is the host speed they were taken at.
     samples.append((PROBE_KEY, (probe_before + measure_probe(world_size)) / 2, False))
     ops = compute_ops_by_key(model, layouts)
     fit = fit_compute([(ops[k], sec) for k, sec, _ in samples if k in ops])
-    spec = build_profile(name=name, world_size=world_size, comm=comm, fit=fit, compute_rows=table_rows(samples),
-                         slowdown=slowdown)
+    comm = {**comm, "collectives": merge_insitu_collectives(comm["collectives"], samples)}
+    rows = table_rows([sample for sample in samples if not sample[0].startswith(INSITU_COMM_PREFIX)])
+    spec = build_profile(name=name, world_size=world_size, comm=comm, fit=fit, compute_rows=rows, slowdown=slowdown)
     if out is not None:
         write_profile(spec, out)
     return spec, fit

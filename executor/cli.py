@@ -42,11 +42,12 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print a JSON summary")
     sub.add_parser("doctor", help="check backends, GPUs and the rendezvous address/port, and say what to fix")
     cal = sub.add_parser("calibrate", help="micro-benchmark this machine and write a cluster profile")
-    add_model_layout_args(cal, default_model="tiny-gpt")
+    # small-gpt: a step long enough that compute, not gloo wake-up jitter, decides it (see presets).
+    add_model_layout_args(cal, default_model="small-gpt")
     cal.add_argument("--out", default=DEFAULT_PROFILE, help=f"profile path (default {DEFAULT_PROFILE})")
     cal.add_argument("--ranks", type=positive_int, default=2, help="ranks to calibrate for (default 2)")
     val = sub.add_parser("validate", help="run a layout for real and compare with the simulator's prediction")
-    add_model_layout_args(val, default_model="tiny-gpt")
+    add_model_layout_args(val, default_model="small-gpt")
     val.add_argument("--profile", default=DEFAULT_PROFILE, help="calibrated cluster profile (default "
                      f"{DEFAULT_PROFILE}; run `simgrid-exec calibrate` first)")
     val.add_argument("--steps", type=positive_int, default=4, help="real steps; the first is warm-up (default 4)")

@@ -13,6 +13,9 @@ Sources of the shapes:
 * ``llama3-*``: Llama Team 2024 ("The Llama 3 Herd of Models"), Table 3 and the released configs.
 * ``gpt2-small``: Radford et al. 2019 / the released 124M checkpoint (vocabulary 50257, s = 1024).
 * ``tiny-gpt``: a made-up GPT small enough for CPU executor tests (layers and heads divisible by 2 and 4).
+* ``small-gpt``: a made-up GPT for validating predictions on a CPU (``benchmarks/executor_accuracy.py``):
+  large enough that a step is compute (hundreds of ms per step on one core per rank), not Python dispatch
+  and gloo wake-up jitter (0.3-4 ms per collective on a 2-core host), yet small enough to run in seconds.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ _PRESETS: tuple[ModelSpec, ...] = (
     _llama("llama3-405b", 126, 16384, 128, 8, 53248, vocab=128256, seq=8192),
     _gpt("gpt2-small", 12, 768, 12, vocab=50257, seq=1024),
     _gpt("tiny-gpt", 4, 64, 4, vocab=256, seq=32),
+    _gpt("small-gpt", 4, 256, 4, vocab=2048, seq=256),
 )
 
 #: Other names of the same shapes (Korthikanti et al. 2022 Table 3 reuses the SC'21 models).

@@ -50,3 +50,48 @@ def test_written_profile_loads_with_measured_tables(tmp_path: Path) -> None:
     assert cluster.gpu.kernel_overhead_us == pytest.approx(20.0)
     # Send/recv bandwidth from the two sizes: (65536 - 256) B / 100 us.
     assert cluster.node.intra_link.bandwidth_GBps == pytest.approx((65536 - 256) / 100e-6 / 1e9)
+
+
+def test_program_message_sizes_are_the_models_own_messages() -> None:
+    """The sizes measured besides the grid are those the programs issue: tiny-gpt's TP activation
+    all-reduce is one micro-batch's hidden states, b * s * h * 4 bytes = 1 * 32 * 64 * 4, and its PP
+    send is the same tensor."""
+    from executor.calibrate import program_message_sizes
+    from simgrid.layout.spec import Layout
+    from simgrid.model.presets import get_model
+
+    model = get_model("tiny-gpt")
+    sizes = program_message_sizes(model, [Layout(tp=2, global_batch_size=1, precision="fp32"),
+                                          Layout(pp=2, schedule="gpipe", global_batch_size=2, precision="fp32")])
+    assert 1 * 32 * 64 * 4 in sizes["all_reduce"]
+    assert sizes["send"] == (1 * 32 * 64 * 4,)
+
+
+@pytest.mark.timeout(120)
+def test_communication_is_measured_at_the_sizes_asked_per_kind() -> None:
+    """measure_communication times each kind at its own sizes (the grid for the others) in a real
+    2-rank gloo world, and send/recv at the "send" sizes."""
+    from executor.calibrate import measure_communication
+
+    comm = measure_communication(2, sizes=(256,), sizes_by_kind={"all_reduce": (256, 4096), "send": (1024,)})
+    by_kind: dict[str, list[int]] = {}
+    for kind, nbytes, seconds in comm["collectives"]:
+        assert seconds > 0
+        by_kind.setdefault(kind, []).append(nbytes)
+    assert by_kind["all_reduce"] == [256, 4096]
+    assert all(sizes == [256] for kind, sizes in by_kind.items() if kind != "all_reduce")
+    assert [nbytes for nbytes, _ in comm["p2p"]] == [1024]
+
+
+def test_insitu_synchronous_collectives_replace_the_micro_benchmark_at_their_size() -> None:
+    """In-situ samples of a synchronous collective (mean of 2, 3 and 4 ms = 3 ms) replace the
+    micro-benchmark's row of the same kind and size, add a row at a size the grid lacks, and leave
+    other kinds, other sizes and non-communication samples alone."""
+    from executor.calibrate import insitu_collective_key, merge_insitu_collectives
+
+    bench = [("all_reduce", 256, 1e-3), ("all_reduce", 4096, 2e-3), ("all_gather", 4096, 5e-3)]
+    samples = [(insitu_collective_key("all_reduce", 4096), t, False) for t in (2e-3, 3e-3, 4e-3)]
+    samples += [(insitu_collective_key("all_reduce", 1000), 7e-3, False), ("F:blocks=1-2:flops=10", 9.0, False)]
+    rows = {(k, b): t for k, b, t in merge_insitu_collectives(bench, samples)}
+    assert rows == pytest.approx({("all_reduce", 256): 1e-3, ("all_reduce", 1000): 7e-3,
+                                  ("all_reduce", 4096): 3e-3, ("all_gather", 4096): 5e-3})
