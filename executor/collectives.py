@@ -256,6 +256,7 @@ def _sp_grad_slot(interp: RankInterpreter, p: nn.Parameter) -> tuple[torch.Tenso
     numel = p.numel()
     pshard = book.zero3.get(id(p))
     if pshard is not None:
+        numel = pshard.numel  # the parameter itself is released (empty) between ZeRO-3 gathers
         lo = min(book.dp_index * pshard.shard.numel(), numel)
         hi = min(lo + pshard.shard.numel(), numel)
         full = pshard.grad.new_zeros(numel)
@@ -476,16 +477,23 @@ def _zero3(interp: RankInterpreter, op: Collective, block: int, group: Any, memb
 
 
 def release_zero3(interp: RankInterpreter, block: int) -> None:
-    """FREE of a ZeRO-3 gathered buffer: drop the full parameters once no gather of the block is live."""
+    """FREE of a ZeRO-3 gathered buffer: drop the full parameters once no gather of the block is live.
+
+    Segments the executor runs lazily (after a tensor-parallel cut) still read these parameters, so the
+    ready ones of every block reading a released parameter run first: the IR's FREE follows that compute.
+    """
     live = interp.zero3_live.get(block, 0) - 1
     interp.zero3_live[block] = live
     if live > 0:
         return
-    for s in interp.book.zero3_params(block):
-        still_used = any(interp.zero3_live.get(b, 0) > 0 for b in interp.modules
-                         if b != block and any(x is s for x in interp.book.zero3_params(b)))
-        if not still_used:
-            s.param.data = torch.empty(0)
+    book = interp.book
+    released = [s for s in book.zero3_params(block)
+                if not any(interp.zero3_live.get(b, 0) > 0 for b in interp.modules
+                           if b != block and any(x is s for x in book.zero3_params(b)))]
+    readers = {b for b in interp.modules if any(x is s for s in released for x in book.zero3_params(b))}
+    interp.finish_ready_segments(readers)
+    for s in released:
+        s.param.data = torch.empty(0)
 
 
 # -- offload and the optimizer ------------------------------------------------------------------------

@@ -6,7 +6,8 @@ a no-grad forward skipped) and the optimizer step (OPT). Communication ops are i
 finished at their WAIT (:mod:`executor.comm`); :mod:`executor.collectives` maps each collective onto real
 tensors. A segment that sits between a collective and the next compute op (a residual add after a
 tensor-parallel all-reduce, a norm backward after the gradient all-reduce) runs when its result is first
-needed: by the next compute op, by a send, or by the gradient synchronisation.
+needed: by the next compute op, by a send, or by the gradient synchronisation; under ZeRO-3 at the latest
+at the FREE of the gathered parameters it reads (the IR places that FREE after the block's compute).
 
 Every op is timed into :class:`simgrid.trace.TraceRow` rows (compute: issue to end; communication: issue
 to observed completion; WAIT rows when the compute stream really blocked).
@@ -278,6 +279,22 @@ class RankInterpreter:
                 self.finish_backward(run)
                 if run.pending_w:
                     raise ProgramError(f"block {b} micro-batch {run.microbatch}: gradients read before its W op")
+
+    def finish_ready_segments(self, blocks: set[int]) -> None:
+        """Run every lazy segment of the runs of ``blocks`` whose collective has delivered.
+
+        ZeRO-3 calls this at the FREE of a gathered-parameter buffer: the IR places that FREE after the
+        unit's last compute op and its tensor-parallel WAITs, so the segments left after a cut (residual
+        add and bias after the row-parallel all-reduce; the norm backward after the gradient all-reduce)
+        belong to compute that is over in the IR and must read the gathered parameters before they go.
+        """
+        for (b, _), run in self.runs.items():
+            if b not in blocks:
+                continue
+            if 0 < run.fwd_done < run.module.num_segments and run.forward() is None:
+                self.finish_forward(run)  # records the loss of a head block
+            if run.output_grads[-1] is not None and not run.backward_complete:
+                run.backward(run.bwd_mode or "B")
 
     # -- point to point -----------------------------------------------------------------------------
     def _p2p(self, op: Send | Recv) -> None:

@@ -71,17 +71,3 @@ def test_run_a_saved_program_file_and_write_its_trace(tmp_path, capsys: pytest.C
     assert summary["losses"][1] < summary["losses"][0]
     events = json.loads(trace.read_text())
     assert events["traceEvents"]
-
-
-def test_zero3_with_tensor_parallelism_is_refused_before_launch() -> None:
-    """An unsupported layout fails at once with a message naming it and the alternatives; nothing spawns."""
-    from executor.launch import ExecutionError
-    from executor.runner import run_program
-    from simgrid.layout import Layout
-    from simgrid.model import get_model
-    from simgrid.schedules import build_program
-
-    program = build_program(get_model("tiny-gpt"), Layout(tp=2, dp=2, zero=3, global_batch_size=4,
-                                                          precision="fp32"))
-    with pytest.raises(ExecutionError, match=r"ZeRO-3 combined with tensor parallelism.*tp = 2"):
-        run_program(program)
