@@ -16,6 +16,7 @@ import datetime
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from executor.calibrate import calibrate
 from executor.validate import validate_layout
@@ -60,9 +61,9 @@ def main() -> None:
         print(f"calibrated: {calibration}")
     header = f"{'layout':<11}{'predicted ms':>14}{'measured ms':>14}{'error':>9}{'host speed':>12}  numerics"
     lines: list[str] = []
-    trials: list[list[dict[str, object]]] = []
+    trials: list[list[dict[str, Any]]] = []
     for trial in range(1, args.trials + 1):
-        rows: list[dict[str, object]] = []
+        rows: list[dict[str, Any]] = []
         lines += [f"trial {trial} of {args.trials}", header]
         print(lines[-2], lines[-1], sep="\n", flush=True)
         for name, layout in LAYOUTS.items():
@@ -77,7 +78,7 @@ def main() -> None:
         print(lines[-1], flush=True)
         trials.append(rows)
     met = sum(_met(rows) for rows in trials)
-    all_errors = [abs(float(r["error"])) for rows in trials for r in rows]  # type: ignore[arg-type]
+    all_errors = [abs(float(r["error"])) for rows in trials for r in rows]
     summary = [f"targets met in {met} of {len(trials)} trials; over all trials mean |error| "
                f"{sum(all_errors) / len(all_errors):.1%}, worst {max(all_errors):.1%}",
                f"load average (1, 5, 15 min): before {_load(load_before)}, after {_load(os.getloadavg())} "
@@ -91,13 +92,13 @@ def main() -> None:
         Path(args.json).write_text(json.dumps({"trials": trials}, indent=1))
 
 
-def _met(rows: list[dict[str, object]]) -> bool:
-    errors = [abs(float(r["error"])) for r in rows]  # type: ignore[arg-type]
+def _met(rows: list[dict[str, Any]]) -> bool:
+    errors = [abs(float(r["error"])) for r in rows]
     return max(errors) <= 0.15 and sum(errors) / len(errors) <= 0.10
 
 
-def _verdict(rows: list[dict[str, object]]) -> str:
-    errors = [abs(float(r["error"])) for r in rows]  # type: ignore[arg-type]
+def _verdict(rows: list[dict[str, Any]]) -> str:
+    errors = [abs(float(r["error"])) for r in rows]
     return (f"mean |error| {sum(errors) / len(errors):.1%}, worst {max(errors):.1%} "
             f"(targets: each <= 15%, mean <= 10%: {'met' if _met(rows) else 'NOT met'})")
 

@@ -248,7 +248,8 @@ class _TimedInterpreter(RankInterpreter):
         if isinstance(op, (Collective, Send, Recv, Transfer)):
             self._issued[op.handle] = op
             self._last_issue = (op.handle, end)
-        if isinstance(op, Wait) and isinstance(comm, Collective) and last_issue is not None and last_issue[0] == op.handle:
+        synchronous = isinstance(op, Wait) and last_issue is not None and last_issue[0] == op.handle
+        if synchronous and isinstance(comm, Collective) and last_issue is not None:
             # A synchronous collective (waited right after it was issued, as TP's are): its time from the
             # end of the issue to the end of the blocking wait is what the step pays for it on this host,
             # peer skew and gloo's wake-up delays included, which a barrier-aligned micro-benchmark misses.
