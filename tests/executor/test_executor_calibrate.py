@@ -95,3 +95,18 @@ def test_insitu_synchronous_collectives_replace_the_micro_benchmark_at_their_siz
     rows = {(k, b): t for k, b, t in merge_insitu_collectives(bench, samples)}
     assert rows == pytest.approx({("all_reduce", 256): 1e-3, ("all_reduce", 1000): 7e-3,
                                   ("all_reduce", 4096): 3e-3, ("all_gather", 4096): 5e-3})
+
+
+@pytest.mark.timeout(120)
+def test_insitu_run_times_tensor_parallel_all_reduces_as_synchronous_collectives() -> None:
+    """In a real 2-rank TP run the calibration interpreter records each all-reduce waited right after its
+    issue under its kind and size (tiny-gpt's activations: b * s * h * 4 = 8192 bytes), with positive
+    times, next to the compute samples."""
+    from executor.calibrate import insitu_collective_key, insitu_samples
+    from simgrid.layout.spec import Layout
+    from simgrid.model.presets import get_model
+
+    samples = insitu_samples(get_model("tiny-gpt"), [Layout(tp=2, global_batch_size=1, precision="fp32")], steps=2)
+    tp_times = [sec for key, sec, _ in samples if key == insitu_collective_key("all_reduce", 1 * 32 * 64 * 4)]
+    assert tp_times and all(sec > 0 for sec in tp_times)
+    assert any(key.startswith("F:") for key, _, _ in samples)
