@@ -83,6 +83,8 @@ def _layout_line(result: SimulationResult) -> str:
         parts.append(f"recompute {lay.recompute}")
     if lay.sequence_parallel:
         parts.append("SP")
+    if lay.flash_attention:
+        parts.append("flash attention")
     return ", ".join(parts)
 
 

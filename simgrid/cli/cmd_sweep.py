@@ -61,6 +61,8 @@ def register(subparsers: Any) -> None:
     c.add_argument("--uneven-stages", action="store_true", help="also try pp * vpp not dividing the layer count")
     c.add_argument("--sequence-parallel", choices=("off", "on", "both"), default="off",
                    help="Megatron sequence parallelism for tp > 1 (default off)")
+    c.add_argument("--flash-attention", choices=("off", "on", "both"), default="off",
+                   help="fused FlashAttention core (default off; selective recompute is skipped with it)")
     o = p.add_argument_group("output")
     o.add_argument("--top", type=positive_int, default=10, help="layouts to print (default 10)")
     o.add_argument("--out", help="write every simulated layout, ranked, to this CSV file")
@@ -109,13 +111,14 @@ def constraints_from_args(args: argparse.Namespace) -> Any:
     from simgrid.sweep import SweepConstraints
     from simgrid.sweep.constraints import PIPELINE_SCHEDULES, ZERO_STAGES
 
-    sp = {"off": (False,), "on": (True,), "both": (False, True)}[args.sequence_parallel]
+    switch = {"off": (False,), "on": (True,), "both": (False, True)}
+    sp, flash = switch[args.sequence_parallel], switch[args.flash_attention]
     constraints: Any = SweepConstraints(
         tp=args.tp, max_tp=args.max_tp, pp=args.pp, max_pp=args.max_pp, dp=args.dp, max_dp=args.max_dp,
         schedules=args.schedules or PIPELINE_SCHEDULES, zero_stages=args.zero or ZERO_STAGES,
         recompute=args.recompute or RECOMPUTE_POLICIES, max_mbs=args.max_mbs, micro_batch_sizes=args.mbs,
         max_vpp=args.max_vpp, allow_tp_across_nodes=args.tp_across_nodes, sequence_parallel=sp,
-        allow_uneven_stages=args.uneven_stages,
+        flash_attention=flash, allow_uneven_stages=args.uneven_stages,
     )
     return constraints
 
@@ -126,7 +129,7 @@ def format_table(df: Any) -> str:
               f"{'recompute':<9} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'memory GiB':>10} fits")
     lines = [header, "-" * len(header)]
     for i, row in enumerate(df.to_dict("records"), start=1):
-        sp = " sp" if row.get("sequence_parallel") else ""
+        sp = (" sp" if row.get("sequence_parallel") else "") + (" fa" if row.get("flash_attention") else "")
         lines.append(
             f"{i:>3} {row['dp']:>5} {row['tp']:>3} {row['pp']:>3} {row['vpp']:>3} {row['zero']:>4} "
             f"{row['mbs']:>3} {row['schedule']:<16} {row['recompute'] + sp:<9} {row['step_time_s']:>9.3f} "

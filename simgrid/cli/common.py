@@ -60,6 +60,8 @@ def add_layout_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--schedule", choices=SCHEDULES, help="pipeline schedule (default: none, or 1f1b if pp > 1)")
     g.add_argument("--recompute", choices=RECOMPUTE_POLICIES, default="none", help="activation recompute")
     g.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (tp > 1)")
+    g.add_argument("--flash-attention", action="store_true",
+                   help="fused attention core (FlashAttention): no s x s scores in HBM or activations")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="optimizer (default adam)")
     g.add_argument("--precision", choices=PRECISIONS, default="bf16", help="training precision (default bf16)")
     g.add_argument("--offload", action="store_true", help="offload optimizer states and step to the host CPU")
@@ -126,6 +128,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None) -> La
         schedule=args.schedule,
         recompute=args.recompute,
         sequence_parallel=args.sequence_parallel,
+        flash_attention=args.flash_attention,
         precision=args.precision,
         optimizer=args.optimizer,
         offload_optimizer=args.offload,

@@ -56,6 +56,10 @@ class Layout:
     """Activation recomputation: none, selective (attention core) or full (whole layer)."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism: shard norms/dropout along the sequence (needs tp > 1)."""
+    flash_attention: bool = False
+    """Fused attention core (FlashAttention; Dao et al. 2022, Dao 2023): the s x s scores never reach HBM
+    or the saved activations, and the backward recomputes Q K^T in its place. Off by default, as in the
+    Megatron-LM runs the validation reproduces."""
     precision: Precision = "bf16"
     """Parameter/activation dtype; bf16/fp16 imply mixed precision with fp32 master weights."""
     optimizer: OptimizerName = "adam"
@@ -162,6 +166,12 @@ class Layout:
             raise LayoutError(
                 f"layout: vpp = {self.vpp} (virtual stages) only applies to 'interleaved-1f1b' and 'zbv'; "
                 f"schedule is {self.schedule!r}; set vpp = 1 or change the schedule"
+            )
+        if self.flash_attention and self.recompute == "selective":
+            raise LayoutError(
+                "layout: recompute 'selective' reruns the attention core, which flash_attention already "
+                "recomputes inside its backward (nothing is left to recompute selectively); use recompute "
+                "'none' or 'full' with flash_attention"
             )
         if self.sequence_parallel and self.tp == 1:
             raise LayoutError(

@@ -43,6 +43,8 @@ MASK_BYTES = 1
 TOKEN_ID_BYTES = 8
 #: The loss keeps its softmax in fp32 (Megatron-LM ``vocab_parallel_cross_entropy``).
 LOSS_BYTES = 4
+#: FlashAttention saves one fp32 softmax statistic (log-sum-exp) per query row and head.
+SOFTMAX_STATS_BYTES = 4
 
 
 def uses_dropout(model: ModelSpec) -> bool:
@@ -60,6 +62,7 @@ def block_activation_bytes(
     recompute: RecomputePolicy = "none",
     dtype_bytes: int = 2,
     dropout: bool | None = None,
+    flash_attention: bool = False,
 ) -> int:
     """Bytes one sub-block keeps for backward, for one micro-batch on one tensor-parallel rank."""
     if micro_batch_size <= 0 or tp <= 0 or dtype_bytes <= 0:
@@ -92,7 +95,11 @@ def block_activation_bytes(
         replicated = per_rank_hidden * (2 * d + mask)  # norm input, QKV input, residual-dropout mask
         split = tokens * (2 * q_width + 2 * kv_width) * d  # Q, K, V, out-projection input
         core = 0
-        if recompute != "selective":
+        if flash_attention:
+            # FlashAttention keeps Q, K, V and the output (counted above) plus one fp32 log-sum-exp per row
+            # and head (Dao et al. 2022, Algorithm 2, "save L"); its dropout mask is regenerated from the RNG.
+            core = local_q_heads(model, tp) * b * s * SOFTMAX_STATS_BYTES
+        elif recompute != "selective":
             scores = local_q_heads(model, tp) * b * s * s
             # softmax output, dropout mask and dropout output; without dropout the softmax output only.
             core = scores * (2 * d + mask) if has_dropout else scores * d
@@ -113,11 +120,12 @@ def layer_activation_bytes(
     recompute: RecomputePolicy = "none",
     dtype_bytes: int = 2,
     dropout: bool | None = None,
+    flash_attention: bool = False,
 ) -> int:
     """Bytes one transformer layer (attention + MLP sub-blocks) keeps for backward."""
     return sum(
         block_activation_bytes(model, block, micro_batch_size=micro_batch_size, tp=tp,
                                sequence_parallel=sequence_parallel, recompute=recompute,
-                               dtype_bytes=dtype_bytes, dropout=dropout)
+                               dtype_bytes=dtype_bytes, dropout=dropout, flash_attention=flash_attention)
         for block in (1, 2)
     )

@@ -70,7 +70,8 @@ def block_cost(model: ModelSpec, layout: Layout, block: int) -> BlockCost:
 def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCost:
     check_layout(model, layout)
     kind, _ = block_kind(model, block)
-    flops = block_flops(model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp)
+    flops = block_flops(model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
+                        flash_attention=layout.flash_attention)
     kernels = block_kernels(model, layout, block)
     transformer = kind in ("attn", "mlp")
     if layout.recompute == "full" and transformer:
@@ -82,6 +83,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
     activations = block_activation_bytes(
         model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
         sequence_parallel=layout.sequence_parallel, recompute=layout.recompute, dtype_bytes=layout.param_bytes,
+        flash_attention=layout.flash_attention,
     )
     return BlockCost(
         fwd_flops=flops.fwd,

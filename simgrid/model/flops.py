@@ -51,8 +51,13 @@ class BlockFlops:
         return 0.0
 
 
-def block_flops(model: ModelSpec, block: int, *, micro_batch_size: int = 1, tp: int = 1) -> BlockFlops:
-    """Matmul FLOPs of one sub-block (see module docstring for the convention)."""
+def block_flops(model: ModelSpec, block: int, *, micro_batch_size: int = 1, tp: int = 1,
+                flash_attention: bool = False) -> BlockFlops:
+    """Matmul FLOPs of one sub-block (see module docstring for the convention).
+
+    ``flash_attention``: the backward recomputes ``S = Q K^T`` before ``dV, dP, dQ, dK`` (Dao et al. 2022,
+    Algorithm 4; Dao 2023, Algorithm 2), so the core's backward is 10 instead of 8 ``b s^2 h`` per layer.
+    """
     if micro_batch_size <= 0 or tp <= 0:
         raise ModelError(f"micro_batch_size = {micro_batch_size} and tp = {tp} must be positive")
     kind, _ = block_kind(model, block)
@@ -67,7 +72,8 @@ def block_flops(model: ModelSpec, block: int, *, micro_batch_size: int = 1, tp: 
         linear = 2.0 * tokens * h * qkv_width(model, tp) + 2.0 * tokens * (h // tp) * h
         # Q K^T and P V: each 2 * s * s * head_dim per local head per sequence (eq. 3's 4 b s^2 h).
         core = 4.0 * micro_batch_size * s * s * local_q_heads(model, tp) * model.head_dim
-        return BlockFlops(fwd=linear + core, bwd_input=linear + 2.0 * core, bwd_weight=linear,
+        core_bwd = (2.5 if flash_attention else 2.0) * core
+        return BlockFlops(fwd=linear + core, bwd_input=linear + core_bwd, bwd_weight=linear,
                           attention_core_fwd=core)
     linear = 2.0 * tokens * h * mlp_in_width(model, tp) + 2.0 * tokens * (model.ffn_size // tp) * h
     return BlockFlops(fwd=linear, bwd_input=linear, bwd_weight=linear, attention_core_fwd=0.0)

@@ -2,7 +2,8 @@
 
 Kernels are those of Megatron-LM's GPT layer as Narayanan et al. SC'21 (section 4.2) and Korthikanti et
 al. 2022 describe it: fused bias+GeLU, fused bias+dropout+add, fused scale+mask+softmax, unfused attention
-core (no FlashAttention, matching the ``a s^2 b`` activations of Korthikanti Table 2). Each memory-bound
+core (no FlashAttention, matching the ``a s^2 b`` activations of Korthikanti Table 2); with
+``Layout.flash_attention`` the attention sub-block uses :func:`_flash_attention_kernels` instead. Each memory-bound
 kernel is charged the bytes of every tensor it reads plus every tensor it writes, once (no cache reuse):
 
 forward                                             backward
@@ -29,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from simgrid.layout.spec import Layout
-from simgrid.model.activations import MASK_BYTES, uses_dropout
+from simgrid.model.activations import MASK_BYTES, SOFTMAX_STATS_BYTES, uses_dropout
 from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_vocab
 from simgrid.model.params import mlp_in_width, qkv_width
 from simgrid.model.spec import ModelSpec
@@ -98,6 +99,8 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
 
     norm_fwd, norm_bwd = 2 * hidden, 3 * hidden
     residual_fwd, residual_bwd, residual_sum = 3 * hidden + mask, 2 * hidden + mask, 3 * hidden
+    if kind == "attn" and layout.flash_attention:
+        return _flash_attention_kernels(model, layout, hidden=hidden, mask=mask)
     if kind == "attn":
         scores = local_q_heads(model, tp) * b * s * s * d
         qk = tokens * (local_q_heads(model, tp) + local_kv_heads(model, tp)) * model.head_dim * d
@@ -135,3 +138,36 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
         bwd_k += 2
     return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k, bwd_kernels=bwd_k,
                         gemm_mnk=(tokens, mlp_in_width(model, tp), h))
+
+
+def _flash_attention_kernels(model: ModelSpec, layout: Layout, *, hidden: int, mask: int) -> BlockKernels:
+    """The attention sub-block with a fused FlashAttention core (Dao et al. 2022; Dao 2023, FA2).
+
+    The core reads Q, K, V and writes the output O and one fp32 log-sum-exp per row and head (forward);
+    the backward's pre-pass reads dO and O (``D = rowsum(dO * O)``) and the main kernel reads Q, K, V, O,
+    dO and the statistics and writes dQ, dK, dV. The s x s scores stay in on-chip memory, so no term grows
+    with s^2, and the attention dropout mask is regenerated from the RNG state instead of stored.
+    """
+    tp, d = layout.tp, layout.param_bytes
+    tokens = layout.micro_batch_size * model.seq_length
+    q = tokens * local_q_heads(model, tp) * model.head_dim * d
+    kv = tokens * local_kv_heads(model, tp) * model.head_dim * d
+    stats = tokens * local_q_heads(model, tp) * SOFTMAX_STATS_BYTES
+    core_fwd = 2 * q + 2 * kv + stats  # read Q, K, V; write O and the statistics
+    core_bwd = 2 * q + (3 * q + 2 * kv + stats) + (q + 2 * kv)  # pre-pass; main reads; writes dQ, dK, dV
+    norm_fwd, norm_bwd = 2 * hidden, 3 * hidden
+    residual_fwd, residual_bwd, residual_sum = 3 * hidden + mask, 2 * hidden + mask, 3 * hidden
+    fwd = norm_fwd + core_fwd + residual_fwd
+    bwd = norm_bwd + core_bwd + residual_bwd + residual_sum
+    # norm, QKV, flash core, out-proj, residual / residual, out-proj I and W, flash pre-pass and main,
+    # QKV I and W, norm, residual-branch sum.
+    fwd_k, bwd_k = 5, 1 + 2 + 2 + 2 + 1 + 1
+    if model.position == "rope":
+        rope = 2 * (q + kv)
+        fwd, bwd, fwd_k, bwd_k = fwd + rope, bwd + rope, fwd_k + 1, bwd_k + 1
+    if model.bias:
+        bwd += tokens * qkv_width(model, tp) * d + hidden
+        bwd_k += 2
+    return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k, bwd_kernels=bwd_k,
+                        gemm_mnk=(tokens, qkv_width(model, tp), model.hidden_size), core_fwd_hbm_bytes=core_fwd,
+                        core_fwd_kernels=1)

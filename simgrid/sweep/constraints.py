@@ -51,6 +51,8 @@ class SweepConstraints:
     """Let tensor parallelism span nodes (slow: every layer all-reduces over the network)."""
     sequence_parallel: tuple[bool, ...] = (False,)
     """Sequence-parallel settings tried; ``True`` is only tried with tp > 1."""
+    flash_attention: tuple[bool, ...] = (False,)
+    """FlashAttention settings tried (selective recompute is skipped with it: nothing is left to recompute)."""
     allow_uneven_stages: bool = False
     """Also try pp * vpp that does not divide the layer count (stages then differ by a layer; the
     slowest stage sets the pace, so even splits are tried by default, as Megatron-LM requires)."""
@@ -67,6 +69,7 @@ class SweepConstraints:
         _check_choices("zero_stages", self.zero_stages, ZERO_STAGES)
         _check_choices("recompute", self.recompute, RECOMPUTE_POLICIES)
         _check_choices("sequence_parallel", self.sequence_parallel, (False, True))
+        _check_choices("flash_attention", self.flash_attention, (False, True))
         mbs = self.micro_batch_sizes
         if mbs is not None and (not mbs or not all(_is_positive_int(m) for m in mbs)):
             raise LayoutError(

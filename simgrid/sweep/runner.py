@@ -45,7 +45,7 @@ METRIC_COLUMNS: tuple[str, ...] = (
 )
 #: Every column of :attr:`SweepResult.table`.
 RESULT_COLUMNS: tuple[str, ...] = (
-    *LAYOUT_COLUMNS, "sequence_parallel", *METRIC_COLUMNS, "exposed_tp_s", "exposed_pp_s", "exposed_dp_s",
+    *LAYOUT_COLUMNS, "sequence_parallel", "flash_attention", *METRIC_COLUMNS, "exposed_tp_s", "exposed_pp_s", "exposed_dp_s",
 )
 #: Memory categories of a :class:`simgrid.memory.MemoryEstimate` breakdown.
 MEMORY_CATEGORIES: tuple[str, ...] = ("weights", "grads", "optimizer", "activations", "buffers")
@@ -266,7 +266,7 @@ def describe_layout(layout: Layout) -> str:
         f"dp={layout.dp} tp={layout.tp} pp={layout.pp} vpp={layout.vpp} zero={layout.zero} "
         f"mbs={layout.micro_batch_size} {layout.schedule} recompute={layout.recompute}"
     )
-    return text + (" sp" if layout.sequence_parallel else "")
+    return text + (" sp" if layout.sequence_parallel else "") + (" flash" if layout.flash_attention else "")
 
 
 # -- simulation in workers -------------------------------------------------------------------------
@@ -372,7 +372,7 @@ def result_row(layout: Layout, result: Any) -> dict[str, Any]:
     row: dict[str, Any] = {
         "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "vpp": layout.vpp, "zero": layout.zero,
         "mbs": layout.micro_batch_size, "schedule": layout.schedule, "recompute": layout.recompute,
-        "sequence_parallel": layout.sequence_parallel,
+        "sequence_parallel": layout.sequence_parallel, "flash_attention": layout.flash_attention,
     }
     for name in METRIC_COLUMNS:
         row[name] = _plain(_field(metrics, name))

@@ -105,7 +105,8 @@ def _degree_error(model: ModelSpec, *, dp: int, tp: int, pp: int, global_batch: 
 
 
 def _recipes(*, dp: int, tp: int, pp: int, layers: int, global_batch: int, c: SweepConstraints) -> Any:
-    """Keyword sets (schedule, vpp, zero, micro-batch, recompute, sequence parallel) for one triple."""
+    """Keyword sets (schedule, vpp, zero, micro-batch, recompute, sequence parallel, flash attention) for one
+    triple."""
     if pp == 1:
         schedule_vpps = [("none", 1)]
     else:
@@ -133,14 +134,18 @@ def _recipes(*, dp: int, tp: int, pp: int, layers: int, global_batch: int, c: Sw
             for mbs in mbs_values:
                 for recompute in c.recompute:
                     for sp in sp_values:
-                        yield {
-                            "schedule": schedule,
-                            "vpp": vpp,
-                            "zero": zero,
-                            "micro_batch_size": mbs,
-                            "recompute": recompute,
-                            "sequence_parallel": sp,
-                        }
+                        for flash in c.flash_attention:
+                            if flash and recompute == "selective":
+                                continue  # FlashAttention recomputes the core itself (Layout refuses it)
+                            yield {
+                                "schedule": schedule,
+                                "vpp": vpp,
+                                "zero": zero,
+                                "micro_batch_size": mbs,
+                                "recompute": recompute,
+                                "sequence_parallel": sp,
+                                "flash_attention": flash,
+                            }
 
 
 def _tp_degrees(gpus: int, gpus_per_node: int, c: SweepConstraints) -> list[int]:

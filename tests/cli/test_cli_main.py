@@ -122,3 +122,14 @@ def test_saved_trace_draws_memory_over_time(tmp_path: Path) -> None:
     out = tmp_path / "memory.png"
     assert main(["plot", str(trace), "--kind", "memory", "--out", str(out)]) == 0
     assert out.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_memory_flag_flash_attention_drops_the_score_activations(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--flash-attention` reaches the layout: gpt3-175b's activations per layer (tp 8, pp 8, 1F1B keeps up
+    to 8 micro-batches on the first stage) shrink by the 5 a s^2 b / t score bytes minus the statistics."""
+    args = ["memory", "--model", "gpt3-175b", "--tp", "8", "--pp", "8", "--dp", "16", "--gbs", "1536",
+            "--gpu", "a100-80gb-sxm", "--json"]
+    plain, flash = _json_of(capsys, args), _json_of(capsys, [*args, "--flash-attention"])
+    assert isinstance(plain, dict) and isinstance(flash, dict)
+    assert flash["activations_bytes"] < plain["activations_bytes"]
+    assert flash["model_states_bytes"] == plain["model_states_bytes"]
