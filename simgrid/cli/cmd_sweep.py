@@ -126,13 +126,13 @@ def constraints_from_args(args: argparse.Namespace) -> Any:
 def format_table(df: Any) -> str:
     """The ranked rows as a fixed-width text table."""
     header = (f"{'#':>3} {'dp':>5} {'tp':>3} {'pp':>3} {'vpp':>3} {'zero':>4} {'mbs':>3} {'schedule':<16} "
-              f"{'recompute':<9} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'memory GiB':>10} fits")
+              f"{'recompute':<13} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'memory GiB':>10} fits")
     lines = [header, "-" * len(header)]
     for i, row in enumerate(df.to_dict("records"), start=1):
         sp = (" sp" if row.get("sequence_parallel") else "") + (" fa" if row.get("flash_attention") else "")
         lines.append(
             f"{i:>3} {row['dp']:>5} {row['tp']:>3} {row['pp']:>3} {row['vpp']:>3} {row['zero']:>4} "
-            f"{row['mbs']:>3} {row['schedule']:<16} {row['recompute'] + sp:<9} {row['step_time_s']:>9.3f} "
+            f"{row['mbs']:>3} {row['schedule']:<16} {row['recompute'] + sp:<13} {row['step_time_s']:>9.3f} "
             f"{row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% {row['peak_memory_bytes'] / 1024**3:>10.1f} "
             f"{'yes' if row['fits'] else 'NO'}"
         )
