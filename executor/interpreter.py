@@ -90,7 +90,8 @@ class RankInterpreter:
             for b in stage_blocks(self.spec, self.layout, s):
                 self.stage_of[b] = s
         self.modules: dict[int, BlockModule] = build_blocks(
-            self.spec, sorted(self.stage_of), init_weights(self.spec, seed), self.tp)
+            self.spec, sorted(self.stage_of), init_weights(self.spec, seed), self.tp,
+            flash_attention=self.layout.flash_attention)
         for module in self.modules.values():
             module.to(ctx.device)
         self.book = GradBook(self.modules, dp_size=self.layout.dp, dp_index=self.coord.dp,

@@ -197,8 +197,12 @@ class EmbedBlock(BlockModule):
 class AttentionBlock(BlockModule):
     """Block ``1 + 2i``: pre-norm causal self-attention (GQA, optional RoPE), Q/K/V column-, O row-parallel."""
 
-    def __init__(self, spec: ModelSpec, layer: int, weights: dict[str, torch.Tensor], tp: TPContext) -> None:
+    def __init__(self, spec: ModelSpec, layer: int, weights: dict[str, torch.Tensor], tp: TPContext, *,
+                 flash_attention: bool = False) -> None:
         super().__init__(spec, 1 + 2 * layer, tp)
+        #: Fused core (``scaled_dot_product_attention``; torch picks a FlashAttention kernel where it has
+        #: one), as ``Layout.flash_attention`` costs it; otherwise the scores are materialised.
+        self.flash_attention = flash_attention
         if spec.num_heads % tp.size or spec.kv_heads % tp.size:
             raise LayoutError(
                 f"executor: tensor-parallel size {tp.size} must divide both the {spec.num_heads} query heads "
@@ -235,10 +239,13 @@ class AttentionBlock(BlockModule):
         if group > 1:
             k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
         q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [b, heads, s, d]
-        scores = (q @ k.transpose(-1, -2)) / math.sqrt(d)
-        mask = torch.ones(s, s, dtype=torch.bool).triu(1)
-        probs = scores.masked_fill(mask, float("-inf")).softmax(-1)
-        ctx = (probs @ v).permute(2, 0, 1, 3).reshape(s, b, self.local_heads * d)
+        if self.flash_attention:
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-1, -2)) / math.sqrt(d)
+            mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+            attn = scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
+        ctx = attn.permute(2, 0, 1, 3).reshape(s, b, self.local_heads * d)
         return self._linear(ctx, "o", with_bias=False)  # partial sum over tensor ranks; bias after reduce
 
 
@@ -300,7 +307,7 @@ class HeadBlock(BlockModule):
 
 
 def build_block(spec: ModelSpec, index: int, weights: dict[str, torch.Tensor], tp: TPContext, *,
-                tied_to: EmbedBlock | None = None) -> BlockModule:
+                tied_to: EmbedBlock | None = None, flash_attention: bool = False) -> BlockModule:
     """The module of sub-block ``index`` with this rank's shard of ``weights``."""
     last = head_index(spec)
     if index == 0:
@@ -311,12 +318,12 @@ def build_block(spec: ModelSpec, index: int, weights: dict[str, torch.Tensor], t
         raise LayoutError(f"block {index} is outside 0..{last} for model {spec.name!r}")
     layer, part = divmod(index - 1, 2)
     if part == 0:
-        return AttentionBlock(spec, layer, weights, tp)
+        return AttentionBlock(spec, layer, weights, tp, flash_attention=flash_attention)
     return MlpBlock(spec, layer, weights, tp)
 
 
 def build_blocks(spec: ModelSpec, blocks: list[int], weights: dict[str, torch.Tensor],
-                 tp: TPContext) -> dict[int, BlockModule]:
+                 tp: TPContext, *, flash_attention: bool = False) -> dict[int, BlockModule]:
     """Modules for the given blocks; a tied head shares the embedding Parameter when both are local."""
     modules: dict[int, BlockModule] = {}
     for index in sorted(blocks):
@@ -325,7 +332,7 @@ def build_blocks(spec: ModelSpec, blocks: list[int], weights: dict[str, torch.Te
             embed = modules[0]
             assert isinstance(embed, EmbedBlock)
             tied_to = embed
-        modules[index] = build_block(spec, index, weights, tp, tied_to=tied_to)
+        modules[index] = build_block(spec, index, weights, tp, tied_to=tied_to, flash_attention=flash_attention)
     return modules
 
 

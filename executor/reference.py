@@ -72,7 +72,8 @@ def reference_training(spec: ModelSpec, layout: Layout, *, seed: int = 0, steps:
     check_layout(spec, layout)
     config = optimizer or optimizer_for(layout.optimizer)
     weights = init_weights(spec, seed)
-    modules = build_blocks(spec, list(range(2 * spec.num_layers + 2)), weights, TPContext())
+    modules = build_blocks(spec, list(range(2 * spec.num_layers + 2)), weights, TPContext(),
+                           flash_attention=layout.flash_attention)
     params = [pair for module in modules.values() for pair in owned_parameters(module)]
     states: dict[str, dict[str, torch.Tensor]] = {name: {} for name, _ in params}
     m, dp = layout.num_microbatches, layout.dp

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from executor.comm import all_gather_single
 from executor.interpreter import RankInterpreter
-from executor.launch import ExecutionError, LaunchConfig, RankContext, spawn_world
+from executor.launch import LaunchConfig, RankContext, spawn_world
 from executor.model import owned_parameters, shard_dim
 from executor.optim import OptimizerConfig
 from executor.tp import unshard
@@ -100,7 +100,6 @@ def run_programs(jobs: list[Job], *, config: LaunchConfig | None = None) -> list
     world = len(jobs[0].program.ranks)
     for job in jobs:
         validate_or_raise(job.program)
-        _check_supported(job.program)
         if len(job.program.ranks) != world:
             raise ProgramError(f"run_programs: all programs need {world} ranks; one has {len(job.program.ranks)}")
     payload = [(program_to_json(j.program, indent=None), j.steps, j.seed, j.optimizer, j.collect_weights, j.fault)
@@ -108,17 +107,6 @@ def run_programs(jobs: list[Job], *, config: LaunchConfig | None = None) -> list
     config = config or LaunchConfig(world_size=world)
     per_rank = spawn_world(_worker, payload, config)
     return [_assemble(i, jobs[i], [rank_out[i] for rank_out in per_rank]) for i in range(len(jobs))]
-
-
-def _check_supported(program: Program) -> None:
-    """Refuse, before any process starts, a layout the executor would run differently from its costs."""
-    layout = program.layout
-    if layout is not None and layout.flash_attention:
-        raise ExecutionError(
-            "the executor computes the attention core unfused (it stores the s x s scores), so a program "
-            "costed with flash_attention would not run as costed; drop flash_attention (--flash-attention) "
-            "to run it for real (the simulator handles both)"
-        )
 
 
 def _worker(ctx: RankContext, payload: list[tuple[Any, ...]]) -> list[Any]:

@@ -71,18 +71,3 @@ def test_run_a_saved_program_file_and_write_its_trace(tmp_path, capsys: pytest.C
     assert summary["losses"][1] < summary["losses"][0]
     events = json.loads(trace.read_text())
     assert events["traceEvents"]
-
-
-def test_flash_attention_program_is_refused_before_launch() -> None:
-    """The executor runs the attention core unfused, so a program costed with flash_attention is refused at
-    once with a message naming the flag and the alternative; nothing spawns."""
-    from executor.launch import ExecutionError
-    from executor.runner import run_program
-    from simgrid.layout import Layout
-    from simgrid.model import get_model
-    from simgrid.schedules import build_program
-
-    program = build_program(get_model("tiny-gpt"), Layout(dp=2, global_batch_size=2, flash_attention=True,
-                                                          precision="fp32"))
-    with pytest.raises(ExecutionError, match=r"flash_attention.*drop flash_attention"):
-        run_program(program)

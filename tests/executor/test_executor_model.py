@@ -70,13 +70,15 @@ def monolithic_loss(spec: ModelSpec, w: dict[str, torch.Tensor], tokens: torch.T
     return F.cross_entropy(logits.reshape(-1, spec.vocab_size), targets.t().reshape(-1))
 
 
+@pytest.mark.parametrize("flash", [False, True], ids=["unfused-core", "flash-attention-core"])
 @pytest.mark.parametrize("spec", [GPT, LLAMA], ids=["gpt-layernorm-learned", "llama-rms-rope-gqa-swiglu"])
-def test_block_split_model_matches_monolithic_loss_and_grads(spec: ModelSpec) -> None:
-    """Loss and every weight gradient of the segmented blocks equal a monolithic implementation."""
+def test_block_split_model_matches_monolithic_loss_and_grads(spec: ModelSpec, flash: bool) -> None:
+    """Loss and every weight gradient of the segmented blocks equal a monolithic implementation, with the
+    attention core materialising its scores or fused (the layout's flash_attention)."""
     weights = init_weights(spec, seed=3)
     tokens = torch.randint(0, spec.vocab_size, (spec.seq_length, 2), generator=torch.Generator().manual_seed(1))
     targets = torch.roll(tokens, -1, 0)
-    modules = build_blocks(spec, list(range(2 * spec.num_layers + 2)), weights, TPContext())
+    modules = build_blocks(spec, list(range(2 * spec.num_layers + 2)), weights, TPContext(), flash_attention=flash)
     loss = run_forward_backward(modules, tokens, targets, 1.0)
     ref_w = {k: v.clone().requires_grad_(True) for k, v in weights.items()}
     ref_loss = monolithic_loss(spec, ref_w, tokens, targets)

@@ -37,6 +37,8 @@ TWO_RANK: dict[str, Layout] = {
     "tp2": Layout(tp=2, global_batch_size=2, **SGD),
     "tp2-sequence-parallel": Layout(tp=2, sequence_parallel=True, global_batch_size=2, **SGD),
     "tp2-sp-full-recompute": Layout(tp=2, sequence_parallel=True, recompute="full", global_batch_size=2, **SGD),
+    # The fused attention core (scaled_dot_product_attention) on both sides; the reference uses it too.
+    "tp2-flash-attention": Layout(tp=2, flash_attention=True, global_batch_size=2, **SGD),
     "pp2-gpipe": Layout(pp=2, schedule="gpipe", global_batch_size=4, **SGD),
     "pp2-1f1b": Layout(pp=2, schedule="1f1b", global_batch_size=4, **SGD),
     "pp2-interleaved-vpp2": Layout(pp=2, vpp=2, schedule="interleaved-1f1b", global_batch_size=4, **SGD),
