@@ -2,7 +2,8 @@
 
 The search varies the knobs that trade memory for GPUs or speed, one family at a time: ZeRO stage 0-3,
 data-parallel degree, tensor parallelism (<= 8, within one node, with sequence parallelism), pipeline
-parallelism (1F1B), activation recompute, optimizer offload and 8-bit Adam, up to ``max_gpus`` GPUs.
+parallelism (1F1B), activation recompute, FlashAttention, optimizer offload and 8-bit Adam, up to
+``max_gpus`` GPUs.
 For each combination of changed knobs it keeps the fitting variant with the fewest GPUs, then ranks the
 recipes by GPU count, number of changed settings and memory.
 """
@@ -69,13 +70,14 @@ def _candidates(model: ModelSpec, base: Layout, max_gpus: int) -> list[Layout]:
     pps = sorted({base.pp, *(p for p in _powers_of_two(max_gpus) if model.num_layers % p == 0)})
     dps = sorted({base.dp, *_powers_of_two(max_gpus)})
     recomputes = sorted({base.recompute, "full"})
+    flashes = sorted({base.flash_attention, True})
     offloads = sorted({base.offload_optimizer, True})
     optimizers: list[OptimizerName] = [base.optimizer]
     if base.optimizer == "adam":
         optimizers.append("adam-8bit")
     out: list[Layout] = []
-    for tp, pp, dp, zero, recompute, offload, optimizer in itertools.product(
-        tps, pps, dps, range(4), recomputes, offloads, optimizers
+    for tp, pp, dp, zero, recompute, flash, offload, optimizer in itertools.product(
+        tps, pps, dps, range(4), recomputes, flashes, offloads, optimizers
     ):
         if tp * pp * dp > max_gpus or (zero >= 2 and pp > 1) or (zero > 0 and dp == 1 and zero != base.zero):
             continue
@@ -88,7 +90,8 @@ def _candidates(model: ModelSpec, base: Layout, max_gpus: int) -> list[Layout]:
         gbs += (-gbs) % step
         try:
             candidate = dataclasses.replace(
-                base, tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute, offload_optimizer=offload,
+                base, tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute, flash_attention=flash,
+                offload_optimizer=offload,
                 optimizer=optimizer, global_batch_size=gbs,
                 sequence_parallel=base.sequence_parallel if tp == base.tp else tp > 1,
                 schedule=base.schedule if same_pipeline else ("none" if pp == 1 else "1f1b"),
@@ -113,6 +116,8 @@ def _changes(base: Layout, new: Layout) -> list[str]:
         changes.append(f"ZeRO-{new.zero}")
     if new.recompute != base.recompute:
         changes.append(f"{new.recompute} recompute")
+    if new.flash_attention != base.flash_attention:
+        changes.append("flash attention" if new.flash_attention else "no flash attention")
     if new.offload_optimizer != base.offload_optimizer:
         changes.append("optimizer offload to CPU" if new.offload_optimizer else "no offload")
     if new.optimizer != base.optimizer:

@@ -112,6 +112,20 @@ def test_suggestions_for_llama2_7b_on_rtx_4090_fit() -> None:
     assert any(layout.zero == 3 for _, layout, _ in suggest_layouts(m, Layout(), RTX_4090, max_gpus=8, limit=20))
 
 
+def test_suggestions_offer_flash_attention_when_scores_dominate() -> None:
+    """llama2-7b at s = 4096, micro-batch 2, Adam offloaded, on one 80 GiB GPU: the unfused core's
+    5 a s^2 b score bytes per layer push it past the capacity; a suggested recipe turns on flash
+    attention alone and fits."""
+    m = get_model("llama2-7b")
+    a100 = FakeGPU("a100-80gb", 80 * 2**30)
+    base = Layout(offload_optimizer=True, micro_batch_size=2, global_batch_size=2)
+    assert not estimate_memory(m, base, a100).fits
+    found = [(text, lay) for text, lay, _ in suggest_layouts(m, base, a100, max_gpus=1, limit=20)
+             if lay.flash_attention]
+    assert any(text == "1 GPU: flash attention" for text, _ in found)
+    assert all(estimate_memory(m, lay, a100).fits for _, lay in found)
+
+
 def test_no_suggestion_when_nothing_fits() -> None:
     """A 1T model on a single 24 GiB GPU has no fitting layout."""
     assert suggest_layouts(get_model("megatron-1t"), Layout(), RTX_4090, max_gpus=1) == []
