@@ -3,7 +3,7 @@
 Kernels are those of Megatron-LM's GPT layer as Narayanan et al. SC'21 (section 4.2) and Korthikanti et
 al. 2022 describe it: fused bias+GeLU, fused bias+dropout+add, fused scale+mask+softmax, unfused attention
 core (no FlashAttention, matching the ``a s^2 b`` activations of Korthikanti Table 2); with
-``Layout.flash_attention`` the attention sub-block uses :func:`_flash_attention_kernels` instead. Each memory-bound
+``Layout.flash_attention`` the attention core is :func:`_flash_core` instead of :func:`_unfused_core`. Each memory-bound
 kernel is charged the bytes of every tensor it reads plus every tensor it writes, once (no cache reuse):
 
 forward                                             backward
@@ -28,6 +28,7 @@ backward subtract in place (read 4, write 4) and cast back (read 4, write ``d``)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from simgrid.layout.spec import Layout
 from simgrid.model.activations import MASK_BYTES, SOFTMAX_STATS_BYTES, uses_dropout
@@ -99,34 +100,22 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
 
     norm_fwd, norm_bwd = 2 * hidden, 3 * hidden
     residual_fwd, residual_bwd, residual_sum = 3 * hidden + mask, 2 * hidden + mask, 3 * hidden
-    if kind == "attn" and layout.flash_attention:
-        return _flash_attention_kernels(model, layout, hidden=hidden, mask=mask)
     if kind == "attn":
-        scores = local_q_heads(model, tp) * b * s * s * d
-        qk = tokens * (local_q_heads(model, tp) + local_kv_heads(model, tp)) * model.head_dim * d
-        # The core's batched GEMMs (QK^T: K = head_dim; PV: N = head_dim) have an arithmetic intensity of
-        # about head_dim FLOP per byte of the s x s operand, below the A100 ridge point (312e12 / 2039e9 =
-        # 153 FLOP/B; Williams et al. 2009 roofline), so their score-matrix traffic is charged as well:
-        # forward QK^T writes S and PV reads P (2S); backward dP = dO V^T writes dP, dV = P^T dO reads P,
-        # dQ = dS K and dK = dS^T Q read dS (4S).
-        core_gemm_fwd, core_gemm_bwd = 2 * scores, 4 * scores
-        fwd = norm_fwd + 2 * scores + core_gemm_fwd + residual_fwd
-        bwd = norm_bwd + 3 * scores + core_gemm_bwd + residual_bwd + residual_sum
-        # norm, QKV, QK^T, softmax, PV, out-proj, residual / their backwards with I and W GEMMs split.
-        fwd_k, bwd_k = 7, 1 + 2 + 2 + 1 + 2 + 2 + 1 + 1
-        core_bytes, core_k = 2 * scores + core_gemm_fwd, 3
-        if dropout:
-            drop = scores * (2 * d + MASK_BYTES) // d
-            fwd, bwd, fwd_k, bwd_k = fwd + drop, bwd + drop, fwd_k + 1, bwd_k + 1
-            core_bytes, core_k = core_bytes + drop, core_k + 1
+        core = _flash_core(model, layout) if layout.flash_attention else _unfused_core(model, layout)
+        fwd = norm_fwd + core.fwd_bytes + residual_fwd
+        bwd = norm_bwd + core.bwd_bytes + residual_bwd + residual_sum
+        # norm, QKV, <core>, out-proj, residual / residual, out-proj I and W, <core backward>, QKV I and W,
+        # norm, residual-branch sum.
+        fwd_k, bwd_k = 4 + core.fwd_kernels, 1 + 2 + core.bwd_kernels + 2 + 1 + 1
         if model.position == "rope":
+            qk = tokens * (local_q_heads(model, tp) + local_kv_heads(model, tp)) * model.head_dim * d
             fwd, bwd, fwd_k, bwd_k = fwd + 2 * qk, bwd + 2 * qk, fwd_k + 1, bwd_k + 1
         if bias:
             bwd += tokens * qkv_width(model, tp) * d + hidden
             bwd_k += 2
         return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k, bwd_kernels=bwd_k,
-                            gemm_mnk=(tokens, qkv_width(model, tp), h), core_fwd_hbm_bytes=core_bytes,
-                            core_fwd_kernels=core_k)
+                            gemm_mnk=(tokens, qkv_width(model, tp), h), core_fwd_hbm_bytes=core.fwd_bytes,
+                            core_fwd_kernels=core.fwd_kernels)
 
     inner = tokens * (model.ffn_size // tp) * d
     act_fwd, act_bwd = (3 * inner, 5 * inner) if model.gated_mlp else (2 * inner, 3 * inner)
@@ -140,8 +129,34 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
                         gemm_mnk=(tokens, mlp_in_width(model, tp), h))
 
 
-def _flash_attention_kernels(model: ModelSpec, layout: Layout, *, hidden: int, mask: int) -> BlockKernels:
-    """The attention sub-block with a fused FlashAttention core (Dao et al. 2022; Dao 2023, FA2).
+class _Core(NamedTuple):
+    """HBM bytes and launches of the attention core (between the QKV and the out-projection GEMMs)."""
+
+    fwd_bytes: int
+    bwd_bytes: int
+    fwd_kernels: int
+    bwd_kernels: int
+
+
+def _unfused_core(model: ModelSpec, layout: Layout) -> _Core:
+    """QK^T, scale+mask+softmax, (dropout,) PV with the s x s scores in HBM (Megatron-LM SC'21 / 2022)."""
+    d = layout.param_bytes
+    scores = local_q_heads(model, layout.tp) * layout.micro_batch_size * model.seq_length ** 2 * d
+    # The core's batched GEMMs (QK^T: K = head_dim; PV: N = head_dim) have an arithmetic intensity of
+    # about head_dim FLOP per byte of the s x s operand, below the A100 ridge point (312e12 / 2039e9 =
+    # 153 FLOP/B; Williams et al. 2009 roofline), so their score-matrix traffic is charged as well:
+    # forward QK^T writes S and PV reads P (2S); backward dP = dO V^T writes dP, dV = P^T dO reads P,
+    # dQ = dS K and dK = dS^T Q read dS (4S). Softmax: 2S forward, 3S backward.
+    fwd, bwd = 2 * scores + 2 * scores, 3 * scores + 4 * scores
+    fwd_k, bwd_k = 3, 2 + 1 + 2  # QK^T, softmax, PV / PV's two GEMMs, softmax, QK^T's two GEMMs
+    if uses_dropout(model):
+        drop = scores * (2 * d + MASK_BYTES) // d
+        fwd, bwd, fwd_k, bwd_k = fwd + drop, bwd + drop, fwd_k + 1, bwd_k + 1
+    return _Core(fwd, bwd, fwd_k, bwd_k)
+
+
+def _flash_core(model: ModelSpec, layout: Layout) -> _Core:
+    """A fused FlashAttention core (Dao et al. 2022; Dao 2023, FA2).
 
     The core reads Q, K, V and writes the output O and one fp32 log-sum-exp per row and head (forward);
     the backward's pre-pass reads dO and O (``D = rowsum(dO * O)``) and the main kernel reads Q, K, V, O,
@@ -153,21 +168,6 @@ def _flash_attention_kernels(model: ModelSpec, layout: Layout, *, hidden: int, m
     q = tokens * local_q_heads(model, tp) * model.head_dim * d
     kv = tokens * local_kv_heads(model, tp) * model.head_dim * d
     stats = tokens * local_q_heads(model, tp) * SOFTMAX_STATS_BYTES
-    core_fwd = 2 * q + 2 * kv + stats  # read Q, K, V; write O and the statistics
-    core_bwd = 2 * q + (3 * q + 2 * kv + stats) + (q + 2 * kv)  # pre-pass; main reads; writes dQ, dK, dV
-    norm_fwd, norm_bwd = 2 * hidden, 3 * hidden
-    residual_fwd, residual_bwd, residual_sum = 3 * hidden + mask, 2 * hidden + mask, 3 * hidden
-    fwd = norm_fwd + core_fwd + residual_fwd
-    bwd = norm_bwd + core_bwd + residual_bwd + residual_sum
-    # norm, QKV, flash core, out-proj, residual / residual, out-proj I and W, flash pre-pass and main,
-    # QKV I and W, norm, residual-branch sum.
-    fwd_k, bwd_k = 5, 1 + 2 + 2 + 2 + 1 + 1
-    if model.position == "rope":
-        rope = 2 * (q + kv)
-        fwd, bwd, fwd_k, bwd_k = fwd + rope, bwd + rope, fwd_k + 1, bwd_k + 1
-    if model.bias:
-        bwd += tokens * qkv_width(model, tp) * d + hidden
-        bwd_k += 2
-    return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k, bwd_kernels=bwd_k,
-                        gemm_mnk=(tokens, qkv_width(model, tp), model.hidden_size), core_fwd_hbm_bytes=core_fwd,
-                        core_fwd_kernels=1)
+    fwd = 2 * q + 2 * kv + stats  # read Q, K, V; write O and the statistics
+    bwd = 2 * q + (3 * q + 2 * kv + stats) + (q + 2 * kv)  # pre-pass; main reads; writes dQ, dK, dV
+    return _Core(fwd, bwd, 1, 2)  # one fused forward kernel; backward pre-pass and main kernel
