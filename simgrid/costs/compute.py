@@ -2,7 +2,8 @@
 
 GPU model, per op::
 
-    time = flops / (peak(dtype) * matmul_efficiency(M, N, K))     # tensor-core GEMM work
+    time = (flops - attention_flops) / (peak(dtype) * matmul_efficiency(M, N, K))  # GEMM work
+         + attention_flops / (peak(dtype) * attention_efficiency)  # fused attention core
          + hbm_bytes / (hbm_bandwidth * hbm_efficiency)           # memory-bound kernels
          + kernels * kernel_overhead                              # launch + tail per kernel
 
@@ -13,6 +14,11 @@ of kernels: its GEMMs (compute-bound; their operand traffic is what ``matmul.eff
 accounts for) and its element-wise / normalisation / softmax kernels (memory-bound; ``op.hbm_bytes``
 counts only their traffic, see :class:`simgrid.ir.ops.Compute`). Those kernels run one after the other
 on one CUDA stream, so their times add rather than overlap, and each kernel pays its launch overhead.
+
+A fused attention core (FlashAttention) does its ``Q K^T`` and ``P V`` products on the tensor cores but
+its online softmax on the CUDA cores inside the same kernel, so it sustains less of the peak than a GEMM:
+FlashAttention-2 reports 50-73% of A100 peak (Dao 2023, arXiv:2307.08691) against 86% for a large GEMM.
+The GPU profile's ``fused_attention_efficiency`` prices those FLOPs (``op.attention_flops``).
 
 ``speed`` divides the whole time: a straggler at 0.9 or an older GPU generation in a mixed cluster.
 The engine applies :func:`overlap_slowdown` on top while a communication kernel shares the GPU.
@@ -44,6 +50,13 @@ def gemm_time_s(flops: float, gemm_mnk: tuple[int, int, int], gpu: GPUSpec, *, d
     return flops / (gpu.peak_flops(dtype) * gpu.matmul.efficiency(m, n, k))
 
 
+def fused_attention_time_s(flops: float, gpu: GPUSpec, *, dtype: str) -> float:
+    """Seconds of a fused attention core's FLOPs at the GPU's attention-kernel efficiency."""
+    if flops <= 0:
+        return 0.0
+    return flops / (gpu.peak_flops(dtype) * gpu.attention_efficiency)
+
+
 def memory_time_s(hbm_bytes: float, gpu: GPUSpec) -> float:
     """Seconds of memory-bound work: bytes at the achievable HBM bandwidth (GB/s = 1e9 B/s)."""
     if hbm_bytes <= 0:
@@ -63,8 +76,14 @@ def compute_time_s(op: Compute, gpu: GPUSpec, *, dtype: str, speed: float = 1.0)
             f"compute op {op.kind} (stage {op.stage}, micro-batch {op.microbatch}) has negative cost: "
             f"flops = {op.flops}, hbm_bytes = {op.hbm_bytes}, kernels = {op.kernels}; costs must be >= 0"
         )
+    if not 0 <= op.attention_flops <= op.flops:
+        raise SimgridError(
+            f"compute op {op.kind} (stage {op.stage}, micro-batch {op.microbatch}) has attention_flops = "
+            f"{op.attention_flops} outside 0 .. flops = {op.flops}; the fused-attention FLOPs are part of flops"
+        )
     time = (
-        gemm_time_s(op.flops, op.gemm_mnk, gpu, dtype=dtype)
+        gemm_time_s(op.flops - op.attention_flops, op.gemm_mnk, gpu, dtype=dtype)
+        + fused_attention_time_s(op.attention_flops, gpu, dtype=dtype)
         + memory_time_s(op.hbm_bytes, gpu)
         + op.kernels * gpu.kernel_overhead_us * 1e-6
     )

@@ -143,7 +143,7 @@ class DurationCache:
         d = self._compute_by_id.get(key)
         if d is None:
             # The roofline reads only these fields (simgrid.costs.compute); stage/micro-batch do not matter.
-            ckey = (op.kind, op.device, op.flops, op.hbm_bytes, op.gemm_mnk, op.kernels, speed)
+            ckey = (op.kind, op.device, op.flops, op.hbm_bytes, op.gemm_mnk, op.kernels, op.attention_flops, speed)
             d = self._compute_by_cost.get(ckey)
             if d is None:
                 d = self._compute_by_cost[ckey] = self.cost.compute_s(op, speed)

@@ -4,7 +4,8 @@ File shapes (units in key names; see hardware_profiles/ for complete examples)::
 
     kind = "gpu"            # memory_GiB, hbm_bandwidth_GBps, hbm_efficiency, kernel_overhead_us,
     name = "..."            # comm_compute_slowdown, [peak_tflops] fp32/tf32/bf16/fp16/fp8,
-    description = "..."     # [matmul] max_efficiency/min_dim/relative, [sources]
+    description = "..."     # [matmul] max_efficiency/min_dim/relative, [sources],
+                            # fused_attention_efficiency (optional)
 
     kind = "node"           # gpu = "<gpu name or path>" or an inline [gpu] table, gpus_per_node,
                             # intra_fabric, [intra_link], gpus_per_pcie_switch, [pcie_link],
@@ -112,6 +113,7 @@ def _gpu(reader: TableReader) -> GPUSpec:
         "hbm_efficiency": reader.number("hbm_efficiency"),
         "peak_tflops": _peak_tflops(reader.table("peak_tflops")),
         "matmul": _matmul(reader.table("matmul")),
+        "fused_attention_efficiency": reader.optional_number("fused_attention_efficiency"),
         "kernel_overhead_us": reader.number("kernel_overhead_us"),
         "comm_compute_slowdown": reader.number("comm_compute_slowdown"),
     }

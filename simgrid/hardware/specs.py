@@ -125,6 +125,10 @@ class GPUSpec:
     """Dense peak TFLOP/s per dtype (fp32, tf32, bf16, fp16, fp8 where the GPU has it)."""
     matmul: MatmulEfficiency
     """GEMM efficiency by shape."""
+    fused_attention_efficiency: float | None = None
+    """Fraction of the dtype's peak a fused attention kernel (FlashAttention) sustains over its forward and
+    backward; ``None``: not measured for this GPU, and the GEMM plateau ``matmul.max_efficiency`` stands in
+    (optimistic: a fused core also does the softmax on the CUDA cores)."""
     kernel_overhead_us: float
     """Launch plus tail time added to every kernel, in microseconds."""
     comm_compute_slowdown: float
@@ -147,6 +151,8 @@ class GPUSpec:
         object.__setattr__(self, "peak_tflops", FrozenMapping(self.peak_tflops))
         if not isinstance(self.matmul, MatmulEfficiency):
             raise FieldError("matmul", self.matmul, "must be a MatmulEfficiency", owner="GPUSpec")
+        if self.fused_attention_efficiency is not None:
+            check_fraction("GPUSpec", "fused_attention_efficiency", self.fused_attention_efficiency)
         check_non_negative("GPUSpec", "kernel_overhead_us", self.kernel_overhead_us)
         check_slowdown("GPUSpec", "comm_compute_slowdown", self.comm_compute_slowdown)
         _freeze_sources("GPUSpec", self)
@@ -155,6 +161,13 @@ class GPUSpec:
     def memory_bytes(self) -> int:
         """Device memory capacity in bytes."""
         return int(self.memory_GiB * GIB)
+
+    @property
+    def attention_efficiency(self) -> float:
+        """Efficiency of a fused attention core: the profile's figure, else the GEMM plateau."""
+        if self.fused_attention_efficiency is None:
+            return self.matmul.max_efficiency
+        return self.fused_attention_efficiency
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak rate for ``dtype`` in FLOP/s."""

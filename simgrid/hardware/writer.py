@@ -86,7 +86,8 @@ def _gpu(doc: _Document, gpu: GPUSpec, prefix: str, *, top: bool) -> None:
     items = {**head, "name": gpu.name, "description": gpu.description, "memory_GiB": float(gpu.memory_GiB),
              "hbm_bandwidth_GBps": float(gpu.hbm_bandwidth_GBps), "hbm_efficiency": float(gpu.hbm_efficiency),
              "kernel_overhead_us": float(gpu.kernel_overhead_us),
-             "comm_compute_slowdown": float(gpu.comm_compute_slowdown)}
+             "comm_compute_slowdown": float(gpu.comm_compute_slowdown),
+             "fused_attention_efficiency": gpu.fused_attention_efficiency}  # None: not written
     if top:
         doc.pairs(items)
     else:

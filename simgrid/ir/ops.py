@@ -71,6 +71,9 @@ class Compute:
     """Bytes moved to/from device memory by memory-bound (non-GEMM) kernels."""
     gemm_mnk: tuple[int, int, int] = (0, 0, 0)
     """(M, N, K) of the dominant matrix multiply, for shape-dependent efficiency; zeros if none."""
+    attention_flops: float = 0.0
+    """Of ``flops``, those done inside a fused attention kernel (FlashAttention's core): they run at the GPU's
+    attention-kernel efficiency, not at the GEMM shape's; 0 for an unfused core and outside attention."""
     kernels: int = 1
     """Kernel launches this op stands for (per-kernel overhead)."""
     device: Device = "gpu"

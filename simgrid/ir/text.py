@@ -191,6 +191,7 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
         _f("flops", "flops", _NUM),
         _f("hbm", "hbm_bytes", _NUM),
         _f("gemm", "gemm_mnk", _GEMM, (0, 0, 0)),
+        _f("attn", "attention_flops", _NUM, 0.0),
         _f("kernels", "kernels", _INT, 1),
         _f("device", "device", _choice(("gpu", "cpu")), "gpu"),
     ),

@@ -176,9 +176,12 @@ def _check_compute(
         problems.at(rank, index, op, f"block_start = {op.block_start} must be >= 0")
     if max_block is not None and op.block_end > max_block:
         problems.at(rank, index, op, f"block_end = {op.block_end} is past the model's {max_block} sub-blocks")
-    for name, value in (("flops", op.flops), ("hbm", op.hbm_bytes)):
+    for name, value in (("flops", op.flops), ("hbm", op.hbm_bytes), ("attn", op.attention_flops)):
         if not (math.isfinite(value) and value >= 0):
             problems.at(rank, index, op, f"{name} = {value!r} must be a finite number >= 0")
+    if op.attention_flops > op.flops:
+        problems.at(rank, index, op, f"attn = {op.attention_flops!r} exceeds flops = {op.flops!r}; the fused "
+                    "attention FLOPs are a part of the op's flops")
     if op.kernels < 0 or any(x < 0 for x in op.gemm_mnk):
         problems.at(rank, index, op, "kernels and gemm sizes must be >= 0")
     if op.kind != "OPT":

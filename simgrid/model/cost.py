@@ -54,6 +54,12 @@ class BlockCost:
     """HBM bytes of the recompute forward (same rule as ``recompute_flops``)."""
     recompute_kernels: int = 0
     """Kernel launches of the recompute forward."""
+    fused_attention_fwd_flops: float = 0.0
+    """Of ``fwd_flops``, those inside a fused (FlashAttention) core; 0 with the unfused core."""
+    fused_attention_bwd_flops: float = 0.0
+    """Of ``bwd_input_flops``, those inside the fused core's backward kernels; 0 with the unfused core."""
+    fused_attention_recompute_flops: float = 0.0
+    """Of ``recompute_flops``, those inside the fused core (a recompute reruns the core's forward)."""
 
     @property
     def bwd_flops(self) -> float:
@@ -85,7 +91,15 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         sequence_parallel=layout.sequence_parallel, recompute=layout.recompute, dtype_bytes=layout.param_bytes,
         flash_attention=layout.flash_attention,
     )
+    # A fused core's FLOPs are priced at the GPU's attention-kernel efficiency (simgrid.costs.compute); the
+    # unfused core's batched GEMMs keep the GEMM efficiency plus their s x s operand traffic (kernels.py).
+    fused_fwd = flops.attention_core_fwd if layout.flash_attention else 0.0
+    fused_bwd = flops.attention_core_bwd if layout.flash_attention else 0.0
+    reruns = layout.recompute != "none" and transformer
     return BlockCost(
+        fused_attention_fwd_flops=fused_fwd,
+        fused_attention_bwd_flops=fused_bwd,
+        fused_attention_recompute_flops=fused_fwd if reruns else 0.0,
         fwd_flops=flops.fwd,
         bwd_input_flops=flops.bwd_input,
         bwd_weight_flops=flops.bwd_weight,

@@ -35,6 +35,8 @@ class BlockFlops:
     """Backward, weight-gradient part (W)."""
     attention_core_fwd: float
     """Forward FLOPs of ``Q K^T`` and ``P V`` (what selective recompute repeats); 0 outside attention."""
+    attention_core_bwd: float = 0.0
+    """Backward FLOPs of the attention core (all input-gradient, part of ``bwd_input``); 0 outside attention."""
 
     def recompute(self, policy: RecomputePolicy, *, recomputable: bool) -> float:
         """FLOPs repeated before the backward under a recompute policy.
@@ -74,7 +76,7 @@ def block_flops(model: ModelSpec, block: int, *, micro_batch_size: int = 1, tp: 
         core = 4.0 * micro_batch_size * s * s * local_q_heads(model, tp) * model.head_dim
         core_bwd = (2.5 if flash_attention else 2.0) * core
         return BlockFlops(fwd=linear + core, bwd_input=linear + core_bwd, bwd_weight=linear,
-                          attention_core_fwd=core)
+                          attention_core_fwd=core, attention_core_bwd=core_bwd)
     linear = 2.0 * tokens * h * mlp_in_width(model, tp) + 2.0 * tokens * (model.ffn_size // tp) * h
     return BlockFlops(fwd=linear, bwd_input=linear, bwd_weight=linear, attention_core_fwd=0.0)
 

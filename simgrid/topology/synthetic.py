@@ -39,6 +39,7 @@ def synthetic_cluster(
     link_efficiency: float = 1.0,
     bf16_tflops: float = 312.0,
     matmul_efficiency: float = 1.0,
+    fused_attention_efficiency: float | None = None,
     hbm_GBps: float = 2039.0,
     hbm_efficiency: float = 1.0,
     kernel_overhead_us: float = 0.0,
@@ -56,7 +57,7 @@ def synthetic_cluster(
         name="synthetic-gpu", description="synthetic", memory_GiB=memory_GiB, hbm_bandwidth_GBps=hbm_GBps,
         hbm_efficiency=hbm_efficiency, peak_tflops={"bf16": bf16_tflops},
         matmul=MatmulEfficiency(max_efficiency=matmul_efficiency), kernel_overhead_us=kernel_overhead_us,
-        comm_compute_slowdown=comm_compute_slowdown,
+        comm_compute_slowdown=comm_compute_slowdown, fused_attention_efficiency=fused_attention_efficiency,
     )
 
     def link(bandwidth: float, latency: float) -> LinkSpec:

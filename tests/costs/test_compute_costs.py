@@ -80,3 +80,39 @@ def test_adam_flops_per_param_matches_the_schedule_builder() -> None:
 def test_overlap_slowdown_comes_from_the_profile() -> None:
     """The compute slowdown under overlapped communication is the GPU profile's figure."""
     assert overlap_slowdown(synthetic_cluster(num_gpus=1, comm_compute_slowdown=0.15).gpu) == 0.15
+
+
+def test_fused_attention_flops_run_at_the_attention_efficiency() -> None:
+    """A FlashAttention op: its core FLOPs at peak x 0.6, the rest at the GEMM efficiency, by hand."""
+    gpu = synthetic_cluster(num_gpus=1, bf16_tflops=312, matmul_efficiency=0.86,
+                            fused_attention_efficiency=0.6).gpu
+    o = op(flops=1e12, attention_flops=2e11, gemm_mnk=(8192, 8192, 8192))
+    expected = 8e11 / (312e12 * 0.86) + 2e11 / (312e12 * 0.6)
+    assert compute_time_s(o, gpu, dtype="bf16") == pytest.approx(expected)
+
+
+def test_fused_attention_falls_back_to_the_gemm_plateau_when_the_profile_has_no_figure() -> None:
+    """A GPU without fused_attention_efficiency prices the core like its largest GEMMs (the old behaviour)."""
+    gpu = synthetic_cluster(num_gpus=1, bf16_tflops=312, matmul_efficiency=0.86).gpu
+    fused = op(flops=1e12, attention_flops=4e11, gemm_mnk=(8192, 8192, 8192))
+    plain = op(flops=1e12, gemm_mnk=(8192, 8192, 8192))
+    assert compute_time_s(fused, gpu, dtype="bf16") == pytest.approx(compute_time_s(plain, gpu, dtype="bf16"))
+
+
+def test_attention_flops_beyond_the_ops_flops_are_refused() -> None:
+    """The fused FLOPs are a part of flops; more than the whole is a broken op, named in the error."""
+    gpu = synthetic_cluster(num_gpus=1).gpu
+    with pytest.raises(SimgridError, match=r"attention_flops = 2000000000000.0 outside 0 .. flops"):
+        compute_time_s(op(flops=1e12, attention_flops=2e12), gpu, dtype="bf16")
+
+
+def test_profiles_price_flash_attention_below_their_gemm_plateau() -> None:
+    """The A100, H100 and B200 profiles carry a sourced fused-attention figure under their GEMM ceiling
+    (FlashAttention-2 reports 50-73% of A100 peak against 86% for a large GEMM)."""
+    # Published ranges: FA2 on A100 0.50-0.73; FA3 on H100 backward 0.43 .. forward 0.75; FA on B200
+    # (flash-attention PR 2280) backward 0.604 .. forward 0.682.
+    for name, low, high in (("dgx-a100-hdr", 0.50, 0.73), ("dgx-h100-ndr", 0.43, 0.75), ("hgx-b200", 0.604, 0.682)):
+        gpu = load_cluster(name, gpus=8).gpu
+        assert gpu.fused_attention_efficiency is not None and "fused_attention_efficiency" in gpu.sources
+        assert low <= gpu.attention_efficiency <= high
+        assert gpu.attention_efficiency < gpu.matmul.max_efficiency

@@ -244,6 +244,8 @@ def test_nic_rate_errors_use_the_toml_key_and_value(tmp_path: Path) -> None:
         ("max_efficiency = 0.8", "max_efficiency = 0.8\nmin_dim = [256.0]\nrelative = [0.5]",
          r"matmul\.min_dim\[0\] = 256\.0 must be an integer"),
         ("fp32 = 10", "fp32 = -10", r"peak_tflops\.fp32 = -10\.0 must be > 0"),
+        ("comm_compute_slowdown = 0.1", "comm_compute_slowdown = 0.1\nfused_attention_efficiency = 1.5",
+         r"fused_attention_efficiency = 1\.5 must be in \(0, 1\]"),
         ("max_efficiency = 0.8", 'max_efficiency = 0.8\n[sources]\nmemory = "x"',
          r"sources\.memory = 'x' names no field of this profile"),
     ],

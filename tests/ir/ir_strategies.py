@@ -39,6 +39,7 @@ computes = st.builds(
     hbm_bytes=numbers,
     gemm_mnk=st.tuples(ints, ints, ints),
     kernels=ints,
+    attention_flops=numbers,
     device=st.sampled_from(["gpu", "cpu"]),
 )
 sends = st.builds(Send, peer=ints, bytes=ints, key=keys, handle=names)

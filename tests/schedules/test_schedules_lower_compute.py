@@ -103,3 +103,33 @@ def test_unknown_granularity_is_rejected() -> None:
     """Only 'block' and 'stage' exist."""
     with pytest.raises(ScheduleError, match="granularity = 'layer' is not one of block, stage"):
         LoweringContext(model=TINY, layout=context().layout, granularity="layer")  # type: ignore[arg-type]
+
+
+def test_flash_attention_ops_carry_the_fused_core_flops() -> None:
+    """tiny-gpt (s 32, 4 heads of 16) on tp 2: the fused core is 4 b s^2 (heads / tp) head_dim forward FLOPs
+    in the attention F op, 2.5 times that in its I op (the backward recomputes Q K^T), none in W or the MLP;
+    full recompute's R reruns the forward core."""
+    core = 4 * 1 * 32**2 * (4 // 2) * 16
+    ctx = context(tp=2, pp=2, schedule="zb-h1", global_batch_size=2, flash_attention=True, recompute="full")
+    ops = _computes(add_recompute(ctx, compute_steps(ctx, 0)))
+    by_kind = {kind: next(op for op in ops if op.kind == kind and op.block_start == 1) for kind in "FIWR"}
+    assert by_kind["F"].attention_flops == core
+    assert by_kind["I"].attention_flops == 2.5 * core
+    assert by_kind["W"].attention_flops == 0.0
+    assert by_kind["R"].attention_flops == core
+    assert all(op.attention_flops == 0.0 for op in ops if op.block_start == 2)  # block 2: layer 0's MLP
+
+
+def test_unfused_attention_ops_carry_no_fused_flops() -> None:
+    """Without flash attention the core's batched GEMMs stay GEMM work: attention_flops is 0 everywhere."""
+    ctx = context(tp=2, global_batch_size=2)
+    assert all(op.attention_flops == 0.0 for op in _computes(compute_steps(ctx, 0)))
+
+
+def test_stage_granularity_sums_the_fused_core_flops() -> None:
+    """One op per stage: its fused FLOPs are the sum over the stage's attention blocks (2 layers here)."""
+    core = 4 * 1 * 32**2 * 4 * 16
+    ctx = context("stage", pp=2, global_batch_size=2, flash_attention=True)
+    f = next(op for op in _computes(compute_steps(ctx, 0)) if op.kind == "F")
+    assert f.attention_flops == 2 * core
+

@@ -18,46 +18,54 @@ def _share(part: float, whole: float) -> float:
     return part / whole if whole > 0 else 0.5
 
 
-def _block_numbers(ctx: LoweringContext, kind: str, block: int) -> tuple[float, float, int]:
-    """(flops, hbm_bytes, kernels) of one block for one compute kind."""
+def _block_numbers(ctx: LoweringContext, kind: str, block: int) -> tuple[float, float, int, float]:
+    """(flops, hbm_bytes, kernels, fused-attention flops) of one block for one compute kind."""
     c = ctx.cost(block)
     if kind == "F":
-        return c.fwd_flops, c.fwd_hbm_bytes, c.fwd_kernels
+        return c.fwd_flops, c.fwd_hbm_bytes, c.fwd_kernels, c.fused_attention_fwd_flops
     if kind == "R":
         # BlockCost carries the recomputed kernels' own traffic: selective recompute reruns the attention
         # core, which is almost all memory traffic on the s x s scores, not a FLOP-share of the block's.
-        return c.recompute_flops, c.recompute_hbm_bytes, max(1, c.recompute_kernels)
+        return (c.recompute_flops, c.recompute_hbm_bytes, max(1, c.recompute_kernels),
+                c.fused_attention_recompute_flops)
     bwd = c.bwd_input_flops + c.bwd_weight_flops
     if kind == "B":
-        return bwd, c.bwd_hbm_bytes, c.bwd_kernels
+        return bwd, c.bwd_hbm_bytes, c.bwd_kernels, c.fused_attention_bwd_flops
     part = c.bwd_input_flops if kind == "I" else c.bwd_weight_flops
     ratio = _share(part, bwd)
-    return part, c.bwd_hbm_bytes * ratio, max(1, round(c.bwd_kernels * ratio))
+    # The core has no weights: its backward is all input gradient (I), none of it weight gradient (W).
+    fused = c.fused_attention_bwd_flops if kind == "I" else 0.0
+    return part, c.bwd_hbm_bytes * ratio, max(1, round(c.bwd_kernels * ratio)), fused
 
 
-def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> tuple[float, float, int, tuple[int, int, int]]:
-    """(flops, hbm_bytes, kernels, dominant gemm) of blocks [start, end), cached: equal for every micro-batch."""
+_UnitNumbers = tuple[float, float, int, tuple[int, int, int], float]
+
+
+def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _UnitNumbers:
+    """(flops, hbm_bytes, kernels, dominant gemm, fused-attention flops) of blocks [start, end), cached:
+    equal for every micro-batch."""
     cache = ctx.memo["compute"]
     key = (kind, start, end)
     if key not in cache:
-        flops = hbm = 0.0
+        flops = hbm = fused = 0.0
         kernels = 0
         dominant, dominant_flops = (0, 0, 0), -1.0
         for block in range(start, end):
-            f, b, k = _block_numbers(ctx, kind, block)
-            flops, hbm, kernels = flops + f, hbm + b, kernels + k
+            f, b, k, a = _block_numbers(ctx, kind, block)
+            flops, hbm, kernels, fused = flops + f, hbm + b, kernels + k, fused + a
             if f > dominant_flops:
                 m, n, k_dim = ctx.cost(block).gemm_mnk
                 dominant, dominant_flops = (int(m), int(n), int(k_dim)), f
-        cache[key] = (float(flops), float(hbm), max(1, kernels), dominant)
+        cache[key] = (float(flops), float(hbm), max(1, kernels), dominant, float(fused))
     return cache[key]
 
 
 def compute_op(ctx: LoweringContext, kind: str, stage: int, microbatch: int, start: int, end: int) -> Compute:
     """One compute op of ``kind`` over blocks ``[start, end)`` of ``stage`` with summed costs."""
-    flops, hbm, kernels, gemm = _unit_numbers(ctx, kind, start, end)
+    flops, hbm, kernels, gemm, fused = _unit_numbers(ctx, kind, start, end)
     return Compute(kind=kind, stage=stage, microbatch=microbatch, chunk=ctx.chunk_of(stage),  # type: ignore[arg-type]
-                   block_start=start, block_end=end, flops=flops, hbm_bytes=hbm, gemm_mnk=gemm, kernels=kernels)
+                   block_start=start, block_end=end, flops=flops, hbm_bytes=hbm, gemm_mnk=gemm, kernels=kernels,
+                   attention_flops=fused)
 
 
 def action_compute_ops(ctx: LoweringContext, action: Action) -> list[Op]:
