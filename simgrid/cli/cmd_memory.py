@@ -81,8 +81,9 @@ def run(args: argparse.Namespace) -> int:
     )
     if suggestions:
         print(f"what fits on {gpu.name} (up to {args.max_gpus} GPUs):")
+        width = max(len(s.description) for s in suggestions)
         for s in suggestions:
-            print(f"  {s.description:<60} {gib(s.total_bytes)} per GPU")
+            print(f"  {s.description:<{width}}  {gib(s.total_bytes):>10} per GPU")
     else:
         print(f"nothing tried fits on up to {args.max_gpus} GPUs of this kind; try --max-gpus or a larger GPU")
     return 0

@@ -1,11 +1,13 @@
-""""What would fit": layouts near the user's that fit a GPU, fewest GPUs and fewest changes first.
+""""What would fit": layouts near the user's that fit a GPU, the least disruptive first.
 
 The search varies the knobs that trade memory for GPUs or speed, one family at a time: ZeRO stage 0-3,
 data-parallel degree, tensor parallelism (<= 8, within one node, with sequence parallelism), pipeline
 parallelism (1F1B), activation recompute, FlashAttention, optimizer offload and 8-bit Adam, up to
 ``max_gpus`` GPUs.
 For each combination of changed knobs it keeps the fitting variant with the fewest GPUs, then ranks the
-recipes by GPU count, number of changed settings and memory.
+recipes: those within the user's own GPU count first, fewest changed settings first (someone with 8 GPUs
+who only needs FlashAttention and recompute hears that before being offered one GPU and CPU offload);
+then those that need more GPUs, fewest GPUs first. Ties go to fewer GPUs, then less memory.
 """
 
 from __future__ import annotations
@@ -57,7 +59,13 @@ def suggest_layouts(model: ModelSpec, layout: Layout, gpu: GPULike, max_gpus: in
         kind = frozenset(change.split("=")[0] for change in changes)
         if kind not in best or rank < best[kind][:3]:
             best[kind] = (*rank, LayoutSuggestion(text, candidate, estimate.total_bytes))
-    ranked = sorted(best.values(), key=lambda item: item[:3])
+    budget = layout.world_size
+
+    def order(item: tuple[int, int, int, LayoutSuggestion]) -> tuple[int, int, int, int]:
+        gpus, changes, total, _ = item
+        return (0, changes, gpus, total) if gpus <= budget else (1, gpus, changes, total)
+
+    ranked = sorted(best.values(), key=order)
     return [item[3] for item in ranked[:limit]]
 
 
@@ -79,8 +87,8 @@ def _candidates(model: ModelSpec, base: Layout, max_gpus: int) -> list[Layout]:
     for tp, pp, dp, zero, recompute, flash, offload, optimizer in itertools.product(
         tps, pps, dps, range(4), recomputes, flashes, offloads, optimizers
     ):
-        if tp * pp * dp > max_gpus or (zero >= 2 and pp > 1) or (zero > 0 and dp == 1 and zero != base.zero):
-            continue
+        if tp * pp * dp > max_gpus or (zero >= 2 and pp > 1) or (dp == 1 and zero != base.zero):
+            continue  # one data-parallel rank has nothing to shard: a changed ZeRO stage there is no recipe
         if offload and optimizer != base.optimizer:
             continue  # an offloaded optimizer's kind does not change GPU memory
         same_pipeline = pp == base.pp
