@@ -46,11 +46,13 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate, print the report or JSON, and write the requested files."""
+    from simgrid.hardware import load_cluster
     from simgrid.simulation import simulate
 
     model, layout = model_layout_from_args(args, gpus=args.gpus)
+    cluster = load_cluster(args.cluster, gpus=layout.world_size)  # a bad name fails before "simulating ..."
     print(f"simulating {model.name} on {layout.world_size} GPUs of {args.cluster} ...", file=sys.stderr)
-    result = simulate(model, args.cluster, layout, mode=args.mode, comm_model=args.comm,
+    result = simulate(model, cluster, layout, mode=args.mode, comm_model=args.comm,
                       granularity=args.granularity)
     print(f"simulated {len(result.engine.simulated_ranks)} of {layout.world_size} ranks ({result.engine.mode} mode) "
           f"in {result.wall_s:.2f} s", file=sys.stderr)

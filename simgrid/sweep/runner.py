@@ -76,6 +76,8 @@ class SweepResult:
     """Valid layouts the enumeration produced."""
     invalid_reasons: Counter[str] = field(default_factory=Counter)
     """Invalid candidates per reason."""
+    invalid_examples: dict[str, str] = field(default_factory=dict)
+    """Per reason, one candidate's own message with its numbers."""
     memory_dropped: int = 0
     """Valid layouts the memory estimate said do not fit."""
     memory_reasons: Counter[str] = field(default_factory=Counter)
@@ -114,7 +116,11 @@ class SweepResult:
             f"dropped as invalid: {self.invalid}",
         ]
         for reason, count in self.invalid_reasons.most_common(5):
-            lines.append(f"  {count:>6} invalid: {reason}")
+            example = self.invalid_examples.get(reason)
+            if example is None:
+                lines.append(f"  {count:>6} invalid: {reason}")
+            else:  # the first candidate's own numbers read better than the blanked reason
+                lines.append(f"  {count:>6} invalid{', e.g.' if count > 1 else ':'} {example}")
         why = ", ".join(f"{cat} dominant in {n}" for cat, n in self.memory_reasons.most_common())
         lines.append(f"dropped for memory: {self.memory_dropped}" + (f" ({why})" if why else ""))
         if self.dominated:
@@ -164,7 +170,8 @@ def sweep(
     )
     return SweepResult(
         table=result.table, tried=space.tried, enumerated=len(space.layouts),
-        invalid_reasons=space.invalid_reasons, memory_dropped=result.memory_dropped,
+        invalid_reasons=space.invalid_reasons, invalid_examples=space.invalid_examples,
+        memory_dropped=result.memory_dropped,
         memory_reasons=result.memory_reasons, dominated=result.dominated, failures=result.failures,
         wall_s=time.perf_counter() - start,
     )

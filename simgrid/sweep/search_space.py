@@ -31,6 +31,8 @@ class LayoutSpace:
     """Candidates built (valid + invalid)."""
     invalid_reasons: Counter[str] = field(default_factory=Counter)
     """Count of dropped candidates per reason (the LayoutError message with numbers blanked)."""
+    invalid_examples: dict[str, str] = field(default_factory=dict)
+    """Per reason, the first candidate's own message (with its numbers), to show what the reason means."""
 
     @property
     def invalid(self) -> int:
@@ -69,6 +71,13 @@ def enumerate_layout_space(
     _check_positive("global_batch", global_batch)
     gpus_per_node = _gpus_per_node(cluster, gpus)
     reasons: Counter[str] = Counter()
+    examples: dict[str, str] = {}
+
+    def drop(message: str) -> None:
+        key = _reason_key(message)
+        reasons[key] += 1
+        examples.setdefault(key, message)
+
     layouts: list[Layout] = []
     tried = 0
     for tp in _tp_degrees(gpus, gpus_per_node, c):
@@ -79,7 +88,7 @@ def enumerate_layout_space(
             degree_error = _degree_error(model, dp=dp, tp=tp, pp=pp, global_batch=global_batch)
             if degree_error is not None:
                 tried += 1
-                reasons[_reason_key(degree_error)] += 1
+                drop(degree_error)
                 continue
             for kwargs in _recipes(dp=dp, tp=tp, pp=pp, layers=model.num_layers, global_batch=global_batch, c=c):
                 tried += 1
@@ -88,10 +97,10 @@ def enumerate_layout_space(
                     check_layout(model, layout)
                     _check_schedule(layout)
                 except LayoutError as exc:
-                    reasons[_reason_key(str(exc))] += 1
+                    drop(str(exc))
                     continue
                 layouts.append(layout)
-    return LayoutSpace(layouts=tuple(layouts), tried=tried, invalid_reasons=reasons)
+    return LayoutSpace(layouts=tuple(layouts), tried=tried, invalid_reasons=reasons, invalid_examples=examples)
 
 
 def _degree_error(model: ModelSpec, *, dp: int, tp: int, pp: int, global_batch: int) -> str | None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import io
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+import pandas as pd
 import pytest
 
 from simgrid.errors import LayoutError, SimulationError
@@ -15,6 +17,7 @@ from simgrid.sweep import (
     RESULT_COLUMNS,
     ProgressBar,
     SweepConstraints,
+    SweepResult,
     cheapest_recompute,
     rank_table,
     sweep,
@@ -180,3 +183,16 @@ def test_sweep_counts_the_skipped_recompute_variants() -> None:
     unpruned = sweep(MODEL, FakeCluster(), 8, 16, constraints=everything_fits, progress=False, workers=1,
                      simulate_fn=fake_simulate, estimate_memory_fn=fake_memory, prune_recompute=False)
     assert len(unpruned.table) == 3 and unpruned.dominated == 0
+
+
+def test_summary_shows_each_invalid_reason_with_a_concrete_example() -> None:
+    """The account of dropped candidates quotes one candidate's own numbers (``e.g.`` when several share
+    the reason) instead of the blanked reason key."""
+    result = SweepResult(
+        table=pd.DataFrame(), tried=5,
+        invalid_reasons=Counter({"pp = N does not divide N": 4, "tp = N too big": 1}),
+        invalid_examples={"pp = N does not divide N": "pp = 3 does not divide 32", "tp = N too big": "tp = 16 too big"},
+    )
+    lines = result.summary_lines()
+    assert "       4 invalid, e.g. pp = 3 does not divide 32" in lines
+    assert "       1 invalid: tp = 16 too big" in lines

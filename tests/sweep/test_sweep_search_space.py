@@ -112,6 +112,15 @@ def test_global_batch_not_divisible_by_dp_is_dropped_with_its_reason() -> None:
     assert any("not divisible" in r for r in space.invalid_reasons)
 
 
+def test_each_invalid_reason_keeps_its_first_candidates_message_with_numbers() -> None:
+    """gbs 6 on 4 GPUs: the blanked reason groups the candidates; the example names dp = 4 and gbs 6."""
+    space = enumerate_layout_space(SMALL, 4, gpus=4, global_batch=6)
+    (key,) = (r for r in space.invalid_reasons if "not divisible" in r)
+    assert "global_batch_size = N" in key
+    assert "global_batch_size = 6 is not divisible by micro_batch_size * dp = 1 * 4" in space.invalid_examples[key]
+    assert set(space.invalid_examples) == set(space.invalid_reasons)
+
+
 def test_sequence_parallel_is_only_tried_with_tensor_parallelism() -> None:
     """sequence_parallel=(False, True) doubles the tp > 1 layouts only."""
     both = SweepConstraints(sequence_parallel=(False, True))
