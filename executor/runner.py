@@ -84,6 +84,11 @@ def validate_or_raise(program: Program) -> None:
     dry_run(program)
     if program.model is None or program.layout is None:
         raise ProgramError("executor: the program must carry its model and layout (use build_program)")
+    if program.layout.cp > 1:
+        raise ProgramError(
+            f"executor: context parallelism (cp = {program.layout.cp}) is simulated but not executed yet: the "
+            "executor has no K/V all-gather attention; run the layout with cp = 1, or simulate it with simgrid"
+        )
 
 
 def run_program(program: Program, *, steps: int = 1, seed: int = 0, optimizer: OptimizerConfig | None = None,

@@ -44,6 +44,7 @@ COMPUTE_KINDS = ("F", "B", "I", "W", "R", "OPT")
 #: Collective purpose -> the communication kind metrics report (tp, pp or dp).
 PURPOSE_TO_COMM_KIND: dict[str, str] = {
     "tp": "tp",
+    "cp": "cp",
     "pp": "pp",
     # The tied-embedding gradient sync exists only because the pipeline splits embedding and head.
     "embed-grad": "pp",

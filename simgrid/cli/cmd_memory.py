@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"model   {model.name}: {param_count(model) / 1e9:.2f}B parameters, seq {model.seq_length}")
     print(
-        f"layout  dp={layout.dp} tp={layout.tp} pp={layout.pp} vpp={layout.vpp} zero={layout.zero} "
+        f"layout  dp={layout.dp} tp={layout.tp} pp={layout.pp} "
+        f"{f'cp={layout.cp} ' if layout.cp > 1 else ''}vpp={layout.vpp} zero={layout.zero} "
         f"mbs={layout.micro_batch_size} gbs={layout.gbs} ({layout.num_microbatches} micro-batches) "
         f"schedule={layout.schedule} recompute={layout.recompute} precision={layout.precision} "
         f"optimizer={layout.optimizer}{' offload' if layout.offload_optimizer else ''}"

@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _layout_line(result: SimulationResult) -> str:
     lay = result.layout
-    parts = [f"dp {lay.dp}", f"tp {lay.tp}", f"pp {lay.pp}"]
+    parts = [f"dp {lay.dp}", f"tp {lay.tp}", f"pp {lay.pp}"] + ([f"cp {lay.cp}"] if lay.cp > 1 else [])
     if lay.vpp > 1:
         parts.append(f"vpp {lay.vpp}")
     parts += [f"mbs {lay.micro_batch_size}", f"gbs {lay.gbs} (m = {lay.num_microbatches})", f"{lay.schedule}"]
@@ -112,7 +112,8 @@ def _tflops(x: float) -> str:
 def format_report(result: SimulationResult) -> str:
     """The human-readable report: aligned labels, one fact per line."""
     m = result.metrics
-    exposed = "  ".join(f"{k} {_seconds(m.exposed_comm_s.get(k, 0.0))}" for k in ("tp", "pp", "dp"))
+    kinds = ("tp", "cp", "pp", "dp") if result.layout.cp > 1 else ("tp", "pp", "dp")
+    exposed = "  ".join(f"{k} {_seconds(m.exposed_comm_s.get(k, 0.0))}" for k in kinds)
     verdict = "fits" if m.fits else "DOES NOT FIT"
     share = m.peak_memory_bytes / m.memory_capacity_bytes if m.memory_capacity_bytes else float("inf")
     rows = [

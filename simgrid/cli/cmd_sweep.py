@@ -12,7 +12,7 @@ from simgrid.errors import SimgridError
 from simgrid.layout import RECOMPUTE_POLICIES
 
 #: Keys of each ``--json`` entry (the issue's contract), in this order.
-JSON_KEYS = ("dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "step_time_s", "mfu",
+JSON_KEYS = ("dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "cp", "step_time_s", "mfu",
              "peak_memory_bytes")
 
 EPILOG = """\
@@ -49,6 +49,7 @@ def register(subparsers: Any) -> None:
     c.add_argument("--max-pp", type=positive_int, help="largest pipeline-parallel degree")
     c.add_argument("--dp", type=positive_int, help="fixed data-parallel degree")
     c.add_argument("--max-dp", type=positive_int, help="largest data-parallel degree")
+    c.add_argument("--cp", type=_positive_ints, help="comma-separated context-parallel degrees to try (default 1)")
     c.add_argument("--schedules", type=_choices(PIPELINE_SCHEDULES),
                    help=f"comma-separated pipeline schedules to try (default: {','.join(PIPELINE_SCHEDULES)})")
     c.add_argument("--zero", type=_int_choices((0, 1, 2, 3)), help="comma-separated ZeRO stages (default: 0,1,2,3)")
@@ -118,20 +119,23 @@ def constraints_from_args(args: argparse.Namespace) -> Any:
         schedules=args.schedules or PIPELINE_SCHEDULES, zero_stages=args.zero or ZERO_STAGES,
         recompute=args.recompute or RECOMPUTE_POLICIES, max_mbs=args.max_mbs, micro_batch_sizes=args.mbs,
         max_vpp=args.max_vpp, allow_tp_across_nodes=args.tp_across_nodes, sequence_parallel=sp,
-        flash_attention=flash, allow_uneven_stages=args.uneven_stages,
+        flash_attention=flash, allow_uneven_stages=args.uneven_stages, context_parallel=args.cp or (1,),
     )
     return constraints
 
 
 def format_table(df: Any) -> str:
     """The ranked rows as a fixed-width text table."""
-    header = (f"{'#':>3} {'dp':>5} {'tp':>3} {'pp':>3} {'vpp':>3} {'zero':>4} {'mbs':>3} {'schedule':<16} "
+    with_cp = "cp" in df and bool((df["cp"] > 1).any())  # the column appears once context parallelism does
+    header = (f"{'#':>3} {'dp':>5} {'tp':>3} {'pp':>3} " + (f"{'cp':>3} " if with_cp else "")
+              + f"{'vpp':>3} {'zero':>4} {'mbs':>3} {'schedule':<16} "
               f"{'recompute':<13} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'memory GiB':>10} fits")
     lines = [header, "-" * len(header)]
     for i, row in enumerate(df.to_dict("records"), start=1):
         sp = (" sp" if row.get("sequence_parallel") else "") + (" fa" if row.get("flash_attention") else "")
+        cp = f"{row['cp']:>3} " if with_cp else ""
         lines.append(
-            f"{i:>3} {row['dp']:>5} {row['tp']:>3} {row['pp']:>3} {row['vpp']:>3} {row['zero']:>4} "
+            f"{i:>3} {row['dp']:>5} {row['tp']:>3} {row['pp']:>3} {cp}{row['vpp']:>3} {row['zero']:>4} "
             f"{row['mbs']:>3} {row['schedule']:<16} {row['recompute'] + sp:<13} {row['step_time_s']:>9.3f} "
             f"{row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% {row['peak_memory_bytes'] / 1024**3:>10.1f} "
             f"{'yes' if row['fits'] else 'NO'}"

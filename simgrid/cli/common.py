@@ -52,7 +52,9 @@ def add_layout_args(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group("layout")
     g.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")
     g.add_argument("--pp", type=positive_int, default=1, help="pipeline-parallel degree (default 1)")
-    g.add_argument("--dp", type=positive_int, help="data-parallel degree (default: gpus / (tp*pp), or 1)")
+    g.add_argument("--cp", type=positive_int, default=1,
+                   help="context-parallel degree: each rank holds seq/cp tokens of every sequence (default 1)")
+    g.add_argument("--dp", type=positive_int, help="data-parallel degree (default: gpus / (tp*pp*cp), or 1)")
     g.add_argument("--vpp", type=positive_int, default=1, help="model chunks per pipeline rank (default 1)")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage (default 0)")
     g.add_argument("--mbs", type=positive_int, default=1, help="micro-batch size in sequences (default 1)")
@@ -101,26 +103,30 @@ def model_from_args(args: argparse.Namespace) -> ModelSpec:
 
 
 def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None) -> Layout:
-    """Build the :class:`Layout`; dp defaults to ``gpus / (tp * pp)`` when a GPU count is given."""
+    """Build the :class:`Layout`; dp defaults to ``gpus / (tp * pp * cp)`` when a GPU count is given."""
     dp = args.dp
+    cp = getattr(args, "cp", 1)
+    model_parallel = args.tp * args.pp * cp
+    degrees = f"tp * pp * cp = {args.tp} * {args.pp} * {cp}" if cp > 1 else f"tp * pp = {args.tp} * {args.pp}"
     if gpus is not None:
-        if gpus % (args.tp * args.pp):
+        if gpus % model_parallel:
             raise LayoutError(
-                f"--gpus {gpus} is not divisible by tp * pp = {args.tp} * {args.pp}; "
-                "choose degrees whose product divides the GPU count"
+                f"--gpus {gpus} is not divisible by {degrees}; choose degrees whose product divides the GPU count"
             )
-        derived = gpus // (args.tp * args.pp)
+        derived = gpus // model_parallel
         if dp is None:
             dp = derived
         elif dp != derived:
             raise LayoutError(
-                f"--dp {dp} with --tp {args.tp} --pp {args.pp} uses {dp * args.tp * args.pp} GPUs, "
-                f"not --gpus {gpus}; drop --dp or make dp * tp * pp = gpus"
+                f"--dp {dp} with --tp {args.tp} --pp {args.pp}{f' --cp {cp}' if cp > 1 else ''} uses "
+                f"{dp * model_parallel} GPUs, not --gpus {gpus}; drop --dp or make dp * {degrees.split(' = ')[0]} "
+                "= gpus"
             )
     return Layout(
         dp=dp or 1,
         tp=args.tp,
         pp=args.pp,
+        cp=cp,
         vpp=args.vpp,
         zero=args.zero,
         micro_batch_size=args.mbs,

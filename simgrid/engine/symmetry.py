@@ -85,8 +85,9 @@ def plan_ranks(program: Program, *, mode: str, comm_model: str, has_speed_factor
     if program.layout is None:
         return full_plan(world, ("the program has no layout, so replicas are unknown; ran in full mode",))
     mesh = Mesh(program.layout)
-    # rank = tp + tp_size * (dp + dp_size * pp): rank (pp, 0, 0) starts each run of tp_size * dp_size ranks
-    block = program.layout.tp * program.layout.dp
+    # rank = tp + tp_size * (cp + cp_size * (dp + dp_size * pp)): rank (pp, 0, 0, 0) starts each run of
+    # tp_size * cp_size * dp_size ranks
+    block = program.layout.tp * program.layout.cp * program.layout.dp
     rep_of = [r - r % block for r in range(world)]
     worst = [0.0]
     layout = program.layout
@@ -187,7 +188,7 @@ def _timing_asymmetry(program: Program, rep_of: list[int], mesh: Mesh, durations
         by_shape.setdefault((_shape(name), tuple(sorted(rep_of[m] for m in members))), []).append(name)
     reps = sorted(set(rep_of))
     rep_set = frozenset(reps)
-    block = mesh.layout.dp * mesh.layout.tp  # ranks of one pipeline rank are rep .. rep + block - 1
+    block = mesh.layout.dp * mesh.layout.cp * mesh.layout.tp  # ranks of one pipeline rank: rep .. rep + block - 1
     seen_coll: set[tuple[object, ...]] = set()
     seen_p2p: set[tuple[int, int, int]] = set()
     for rep in reps:

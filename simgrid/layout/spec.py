@@ -42,6 +42,10 @@ class Layout:
     """Tensor-parallel degree (Megatron 1-D: attention heads and MLP columns split)."""
     pp: int = 1
     """Pipeline-parallel degree (number of pipeline ranks)."""
+    cp: int = 1
+    """Context-parallel degree: each rank of a CP group holds ``seq_length / cp`` tokens of every sequence and
+    all-gathers the keys and values of the others for attention (Llama 3's all-gather context
+    parallelism, Dubey et al. 2024, section 3.3.2). Parameters are replicated over the CP group."""
     vpp: int = 1
     """Model chunks per pipeline rank (virtual stages): >1 for interleaved 1F1B, 2 for ZBV."""
     zero: int = 0
@@ -77,7 +81,7 @@ class Layout:
     syncs every bucket after the last backward (Megatron-LM 2021's ``--DDP-impl local``)."""
 
     def __post_init__(self) -> None:
-        for field in ("dp", "tp", "pp", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
+        for field in ("dp", "tp", "pp", "cp", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
             _positive_int(field, getattr(self, field))
         if self.global_batch_size is not None:
             _positive_int("global_batch_size", self.global_batch_size)
@@ -97,8 +101,14 @@ class Layout:
     # -- derived sizes -------------------------------------------------------------------------
     @property
     def world_size(self) -> int:
-        """GPUs in the run: ``dp * tp * pp``."""
-        return self.dp * self.tp * self.pp
+        """GPUs in the run: ``dp * tp * pp * cp``."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def grad_sync_size(self) -> int:
+        """Ranks holding the same parameters: ``dp * cp``. Gradients are summed, and ZeRO shards, over them
+        (each context-parallel rank's gradients cover only its part of every sequence)."""
+        return self.dp * self.cp
 
     @property
     def gbs(self) -> int:
@@ -184,6 +194,11 @@ class Layout:
                 "that pipeline stages accumulate over micro-batches (DeepSpeed and Megatron-LM refuse it "
                 "too); use zero <= 1 with pipeline parallelism"
             )
+        if self.dp_mode == "parameter-server" and self.cp > 1:
+            raise LayoutError(
+                f"layout: dp_mode 'parameter-server' with cp = {self.cp} is not modelled (the server would "
+                "have to sum the context-parallel partial gradients too); use dp_mode 'allreduce'"
+            )
         if self.dp_mode == "parameter-server" and self.zero:
             raise LayoutError(
                 f"layout: dp_mode 'parameter-server' keeps full optimizer states on one rank and cannot "
@@ -228,10 +243,17 @@ def check_layout(model: ModelSpec, layout: Layout) -> None:
             f"layout: pp * vpp = {layout.pp} * {layout.vpp} = {layout.num_stages} stages exceed the "
             f"{model.num_layers} layers of {model.name!r}; every stage needs at least one layer"
         )
-    if layout.sequence_parallel and model.seq_length % layout.tp:
+    if layout.cp > 1 and model.seq_length % (2 * layout.cp):
+        raise LayoutError(
+            f"layout: cp = {layout.cp} splits each sequence into 2 * cp = {2 * layout.cp} chunks (two per rank, "
+            f"so causal attention work is balanced) but the sequence length {model.seq_length} is not a "
+            f"multiple of {2 * layout.cp}; use a cp whose double divides {model.seq_length}"
+        )
+    local_seq = model.seq_length // layout.cp
+    if layout.sequence_parallel and local_seq % layout.tp:
         raise LayoutError(
             f"layout: sequence parallel needs tp = {layout.tp} to divide the sequence length "
-            f"{model.seq_length}"
+            f"{model.seq_length}" + (f" / cp {layout.cp} = {local_seq}" if layout.cp > 1 else "")
         )
 
 

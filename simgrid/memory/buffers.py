@@ -34,11 +34,11 @@ BYTES_PER_BUCKET_MB = 1024 * 1024
 def comm_buffer_bytes(model: ModelSpec, layout: Layout, pp_rank: int = 0) -> dict[str, int]:
     """Communication buffers of one rank of pipeline rank ``pp_rank``, by purpose (see module docstring)."""
     buffers: dict[str, int] = {}
-    if layout.dp > 1 and layout.zero < 3:
+    if layout.grad_sync_size > 1 and layout.zero < 3:
         grads = stage_state_bytes(model, layout, pp_rank).grads_bytes
         bucket = int(layout.bucket_size_MB * BYTES_PER_BUCKET_MB)
         buffers["dp-buckets"] = min(DP_BUCKETS_IN_FLIGHT * bucket, grads)
-    if layout.zero == 3 and layout.dp > 1:
+    if layout.zero == 3 and layout.grad_sync_size > 1:
         largest = max(
             block_cost(model, layout, block).param_count
             for stage in stages_of_rank(layout, pp_rank)

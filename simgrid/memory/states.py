@@ -122,7 +122,7 @@ def model_states_for_params(n_params: float, layout: Layout) -> ModelStates:
     per = state_bytes_per_param(layout)
 
     def shard(total: float, from_stage: int) -> int:
-        return math.ceil(total / layout.dp) if layout.zero >= from_stage else math.ceil(total)
+        return math.ceil(total / layout.grad_sync_size) if layout.zero >= from_stage else math.ceil(total)
 
     return ModelStates(
         weights_bytes=shard(n_params * per.weights, 3),

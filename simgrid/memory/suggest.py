@@ -87,7 +87,7 @@ def _candidates(model: ModelSpec, base: Layout, max_gpus: int) -> list[Layout]:
     for tp, pp, dp, zero, recompute, flash, offload, optimizer in itertools.product(
         tps, pps, dps, range(4), recomputes, flashes, offloads, optimizers
     ):
-        if tp * pp * dp > max_gpus or (zero >= 2 and pp > 1) or (dp == 1 and zero != base.zero):
+        if tp * pp * dp * base.cp > max_gpus or (zero >= 2 and pp > 1) or (dp * base.cp == 1 and zero != base.zero):
             continue  # one data-parallel rank has nothing to shard: a changed ZeRO stage there is no recipe
         if offload and optimizer != base.optimizer:
             continue  # an offloaded optimizer's kind does not change GPU memory

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from simgrid.errors import ModelError
 from simgrid.layout.spec import RecomputePolicy
-from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_vocab
+from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_seq_length, local_vocab
 from simgrid.model.spec import ModelSpec
 
 #: Bytes of one dropout mask element (PyTorch stores boolean/uint8 masks).
@@ -63,11 +63,18 @@ def block_activation_bytes(
     dtype_bytes: int = 2,
     dropout: bool | None = None,
     flash_attention: bool = False,
+    cp: int = 1,
 ) -> int:
-    """Bytes one sub-block keeps for backward, for one micro-batch on one tensor-parallel rank."""
-    if micro_batch_size <= 0 or tp <= 0 or dtype_bytes <= 0:
+    """Bytes one sub-block keeps for backward, for one micro-batch on one tensor-parallel rank.
+
+    ``cp``: the rank keeps its own ``s / cp`` tokens of every tensor; its attention probabilities are
+    ``(s / cp) x s`` (its queries against all keys). The gathered keys and values are not kept: the
+    backward gathers them again (see :mod:`simgrid.model.comm`).
+    """
+    if micro_batch_size <= 0 or tp <= 0 or dtype_bytes <= 0 or cp <= 0:
         raise ModelError(
-            f"micro_batch_size = {micro_batch_size}, tp = {tp} and dtype_bytes = {dtype_bytes} must be positive"
+            f"micro_batch_size = {micro_batch_size}, tp = {tp}, cp = {cp} and dtype_bytes = {dtype_bytes} "
+            "must be positive"
         )
     if recompute not in ("none", "selective", "full"):
         raise ModelError(f"recompute = {recompute!r} is not one of none, selective, full")
@@ -75,7 +82,7 @@ def block_activation_bytes(
     has_dropout = uses_dropout(model) if dropout is None else dropout
     mask = MASK_BYTES if has_dropout else 0
     d = dtype_bytes
-    h, s, b = model.hidden_size, model.seq_length, micro_batch_size
+    h, s, b = model.hidden_size, local_seq_length(model, cp), micro_batch_size
     tokens = b * s
     # Tensors outside the column/row-parallel pair: replicated over tp unless sequence parallel.
     seq_split = tp if sequence_parallel else 1
@@ -100,7 +107,7 @@ def block_activation_bytes(
             # and head (Dao et al. 2022, Algorithm 2, "save L"); its dropout mask is regenerated from the RNG.
             core = local_q_heads(model, tp) * b * s * SOFTMAX_STATS_BYTES
         elif recompute != "selective":
-            scores = local_q_heads(model, tp) * b * s * s
+            scores = local_q_heads(model, tp) * b * s * model.seq_length
             # softmax output, dropout mask and dropout output; without dropout the softmax output only.
             core = scores * (2 * d + mask) if has_dropout else scores * d
         return replicated + split + core
@@ -121,11 +128,12 @@ def layer_activation_bytes(
     dtype_bytes: int = 2,
     dropout: bool | None = None,
     flash_attention: bool = False,
+    cp: int = 1,
 ) -> int:
     """Bytes one transformer layer (attention + MLP sub-blocks) keeps for backward."""
     return sum(
         block_activation_bytes(model, block, micro_batch_size=micro_batch_size, tp=tp,
                                sequence_parallel=sequence_parallel, recompute=recompute,
-                               dtype_bytes=dtype_bytes, dropout=dropout, flash_attention=flash_attention)
+                               dtype_bytes=dtype_bytes, dropout=dropout, flash_attention=flash_attention, cp=cp)
         for block in (1, 2)
     )

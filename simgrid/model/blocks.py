@@ -70,9 +70,14 @@ def local_vocab(model: ModelSpec, tp: int) -> int:
     return -(-model.vocab_size // tp)
 
 
+def local_seq_length(model: ModelSpec, cp: int = 1) -> int:
+    """Query tokens of one sequence on one context-parallel rank: ``s / cp`` (keys still span all ``s``)."""
+    return model.seq_length // cp
+
+
 def microbatch_tokens(model: ModelSpec, layout: Layout) -> int:
-    """Tokens in one micro-batch of one replica: ``b * s``."""
-    return layout.micro_batch_size * model.seq_length
+    """Tokens of one micro-batch on one rank of a replica: ``b * s / cp``."""
+    return layout.micro_batch_size * local_seq_length(model, layout.cp)
 
 
 def p2p_bytes(model: ModelSpec, layout: Layout) -> int:

@@ -16,7 +16,16 @@ the vocabulary-parallel cross entropy all-reduces three fp32 per-token tensors i
 the target logit and the sum of exponentials (Megatron-LM ``tensor_parallel/cross_entropy.py``).
 
 Sizes follow :class:`simgrid.ir.ops.Collective`: the larger of the input and output buffers, i.e. the full
-``b s h`` tensor in the working dtype for all-gather and reduce-scatter too.
+``b s h`` tensor in the working dtype for all-gather and reduce-scatter too (``s`` is the rank's
+``s / cp`` tokens under context parallelism).
+
+Context parallelism (Llama 3's all-gather variant; Dubey et al. 2024, "The Llama 3 Herd of Models",
+section 3.3.2): after the QKV projection each rank all-gathers the keys and values of its context-parallel
+group and computes attention for its own queries. Llama 3 prefers this to ring attention because with GQA
+the K and V tensors are much smaller than Q, so the exposed all-gather is cheap against the attention it
+feeds. The gathered K and V are not kept for the backward: the backward all-gathers them again, and the
+full-sequence ``dK, dV`` each rank computes are reduce-scattered back to their owners. The message is the
+gathered K and V: ``2 b s kv_local head_dim`` elements.
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simgrid.layout.spec import Layout
-from simgrid.model.blocks import block_kind
+from simgrid.model.blocks import block_kind, local_kv_heads, local_seq_length
 from simgrid.model.spec import ModelSpec
 
 TPCollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter"]
@@ -57,7 +66,8 @@ def block_tp_collectives(model: ModelSpec, layout: Layout, block: int) -> tuple[
     if layout.tp == 1:
         return ()
     kind, _ = block_kind(model, block)
-    activation = layout.micro_batch_size * model.seq_length * model.hidden_size * layout.param_bytes
+    tokens = layout.micro_batch_size * local_seq_length(model, layout.cp)
+    activation = tokens * model.hidden_size * layout.param_bytes
     sp = layout.sequence_parallel
 
     def c(kind_: TPCollectiveKind, phase: Phase, position: Position, label: str, size: int = activation
@@ -69,7 +79,7 @@ def block_tp_collectives(model: ModelSpec, layout: Layout, block: int) -> tuple[
             return (c("reduce_scatter", "fwd", "after", "embed-out"), c("all_gather", "bwd", "before", "output-grad"))
         return (c("all_reduce", "fwd", "after", "embed-out"),)
     if kind == "head":
-        loss_bytes = layout.micro_batch_size * model.seq_length * LOSS_REDUCTION_BYTES
+        loss_bytes = tokens * LOSS_REDUCTION_BYTES
         loss = (c("all_reduce", "fwd", "after", "loss-max", loss_bytes),
                 c("all_reduce", "fwd", "after", "loss-target-logit", loss_bytes),
                 c("all_reduce", "fwd", "after", "loss-sum-exp", loss_bytes))
@@ -83,3 +93,22 @@ def block_tp_collectives(model: ModelSpec, layout: Layout, block: int) -> tuple[
                 c("all_gather", "bwd", "before", "output-grad"), c("all_gather", "bwd", "before", "input-regather"),
                 c("reduce_scatter", "bwd", "after", "input-grad"))
     return (c("all_reduce", "fwd", "after", "output"), c("all_reduce", "bwd", "after", "input-grad"))
+
+
+def block_cp_collectives(model: ModelSpec, layout: Layout, block: int) -> tuple[TPCollective, ...]:
+    """Context-parallel collectives of one sub-block for one micro-batch (attention only; module docstring).
+
+    Forward: all-gather K and V before the core. Backward: all-gather K and V again before the core's
+    backward, reduce-scatter ``dK, dV`` after it. Synchronous, like the tensor-parallel ones: the core
+    cannot start without the keys.
+    """
+    if layout.cp == 1 or block_kind(model, block)[0] != "attn":
+        return ()
+    kv = (2 * layout.micro_batch_size * model.seq_length * local_kv_heads(model, layout.tp) * model.head_dim
+          * layout.param_bytes)
+    return (
+        TPCollective(kind="all_gather", phase="fwd", position="before", bytes=kv, label="kv"),
+        TPCollective(kind="all_gather", phase="bwd", position="before", bytes=kv, label="kv-regather"),
+        TPCollective(kind="reduce_scatter", phase="bwd", position="after", bytes=kv, label="kv-grad"),
+    )
+

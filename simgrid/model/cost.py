@@ -14,7 +14,7 @@ from functools import lru_cache
 from simgrid.layout.spec import Layout, check_layout
 from simgrid.model.activations import block_activation_bytes
 from simgrid.model.blocks import block_kind
-from simgrid.model.comm import TPCollective, block_tp_collectives
+from simgrid.model.comm import TPCollective, block_cp_collectives, block_tp_collectives
 from simgrid.model.flops import block_flops
 from simgrid.model.kernels import block_kernels
 from simgrid.model.params import block_params_on_rank
@@ -50,6 +50,8 @@ class BlockCost:
     """Parameters this tensor-parallel rank holds for the block (tied-head duplicate included under pp)."""
     tp_comm: tuple[TPCollective, ...]
     """Tensor-parallel collectives of the block; empty when tp = 1."""
+    cp_comm: tuple[TPCollective, ...] = ()
+    """Context-parallel collectives of the block (over the CP group); empty when cp = 1."""
     recompute_hbm_bytes: int = 0
     """HBM bytes of the recompute forward (same rule as ``recompute_flops``)."""
     recompute_kernels: int = 0
@@ -77,7 +79,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
     check_layout(model, layout)
     kind, _ = block_kind(model, block)
     flops = block_flops(model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
-                        flash_attention=layout.flash_attention)
+                        flash_attention=layout.flash_attention, cp=layout.cp)
     kernels = block_kernels(model, layout, block)
     transformer = kind in ("attn", "mlp")
     if layout.recompute == "full" and transformer:
@@ -89,7 +91,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
     activations = block_activation_bytes(
         model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
         sequence_parallel=layout.sequence_parallel, recompute=layout.recompute, dtype_bytes=layout.param_bytes,
-        flash_attention=layout.flash_attention,
+        flash_attention=layout.flash_attention, cp=layout.cp,
     )
     # A fused core's FLOPs are priced at the GPU's attention-kernel efficiency (simgrid.costs.compute); the
     # unfused core's batched GEMMs keep the GEMM efficiency plus their s x s operand traffic (kernels.py).
@@ -112,6 +114,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         activation_bytes=activations,
         param_count=block_params_on_rank(model, layout, block),
         tp_comm=block_tp_collectives(model, layout, block),
+        cp_comm=block_cp_collectives(model, layout, block),
         recompute_hbm_bytes=re_bytes,
         recompute_kernels=re_kernels,
     )

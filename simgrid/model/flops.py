@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from simgrid.errors import ModelError
 from simgrid.layout.spec import RecomputePolicy
-from simgrid.model.blocks import block_kind, local_q_heads, local_vocab
+from simgrid.model.blocks import block_kind, local_q_heads, local_seq_length, local_vocab
 from simgrid.model.params import matmul_params, mlp_in_width, qkv_width
 from simgrid.model.spec import ModelSpec
 
@@ -54,17 +54,20 @@ class BlockFlops:
 
 
 def block_flops(model: ModelSpec, block: int, *, micro_batch_size: int = 1, tp: int = 1,
-                flash_attention: bool = False) -> BlockFlops:
+                flash_attention: bool = False, cp: int = 1) -> BlockFlops:
     """Matmul FLOPs of one sub-block (see module docstring for the convention).
 
     ``flash_attention``: the backward recomputes ``S = Q K^T`` before ``dV, dP, dQ, dK`` (Dao et al. 2022,
     Algorithm 4; Dao 2023, Algorithm 2), so the core's backward is 10 instead of 8 ``b s^2 h`` per layer.
+    ``cp``: the rank holds ``s / cp`` query tokens that attend to all ``s`` keys (gathered from its context-
+    parallel group), so every term is divided by ``cp``, the core's ``s^2`` as ``(s / cp) * s``.
     """
-    if micro_batch_size <= 0 or tp <= 0:
-        raise ModelError(f"micro_batch_size = {micro_batch_size} and tp = {tp} must be positive")
+    if micro_batch_size <= 0 or tp <= 0 or cp <= 0:
+        raise ModelError(f"micro_batch_size = {micro_batch_size}, tp = {tp} and cp = {cp} must be positive")
     kind, _ = block_kind(model, block)
     h, s = model.hidden_size, model.seq_length
-    tokens = micro_batch_size * s
+    s_q = local_seq_length(model, cp)
+    tokens = micro_batch_size * s_q
     if kind == "embed":
         return BlockFlops(fwd=0.0, bwd_input=0.0, bwd_weight=0.0, attention_core_fwd=0.0)
     if kind == "head":
@@ -73,7 +76,7 @@ def block_flops(model: ModelSpec, block: int, *, micro_batch_size: int = 1, tp: 
     if kind == "attn":
         linear = 2.0 * tokens * h * qkv_width(model, tp) + 2.0 * tokens * (h // tp) * h
         # Q K^T and P V: each 2 * s * s * head_dim per local head per sequence (eq. 3's 4 b s^2 h).
-        core = 4.0 * micro_batch_size * s * s * local_q_heads(model, tp) * model.head_dim
+        core = 4.0 * micro_batch_size * s_q * s * local_q_heads(model, tp) * model.head_dim
         core_bwd = (2.5 if flash_attention else 2.0) * core
         return BlockFlops(fwd=linear + core, bwd_input=linear + core_bwd, bwd_weight=linear,
                           attention_core_fwd=core, attention_core_bwd=core_bwd)

@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 from simgrid.layout.spec import Layout
 from simgrid.model.activations import MASK_BYTES, SOFTMAX_STATS_BYTES, uses_dropout
-from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_vocab
+from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_seq_length, local_vocab
 from simgrid.model.params import mlp_in_width, qkv_width
 from simgrid.model.spec import ModelSpec
 
@@ -66,8 +66,8 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
     """HBM bytes, launches and GEMM shape of one sub-block for one micro-batch on one tp rank."""
     kind, _ = block_kind(model, block)
     tp, d = layout.tp, layout.param_bytes
-    h, s, b = model.hidden_size, model.seq_length, layout.micro_batch_size
-    tokens = b * s
+    h, b = model.hidden_size, layout.micro_batch_size
+    tokens = b * local_seq_length(model, layout.cp)  # this rank's query tokens; keys span the whole sequence
     # GEMMs see the whole sequence (sequence parallelism all-gathers before them); element-wise work on
     # the residual stream runs on the sequence shard.
     hidden = tokens * h * d // (tp if layout.sequence_parallel else 1)
@@ -141,7 +141,9 @@ class _Core(NamedTuple):
 def _unfused_core(model: ModelSpec, layout: Layout) -> _Core:
     """QK^T, scale+mask+softmax, (dropout,) PV with the s x s scores in HBM (Megatron-LM SC'21 / 2022)."""
     d = layout.param_bytes
-    scores = local_q_heads(model, layout.tp) * layout.micro_batch_size * model.seq_length ** 2 * d
+    # Under context parallelism the rank's s / cp queries meet all s keys.
+    scores = (local_q_heads(model, layout.tp) * layout.micro_batch_size * local_seq_length(model, layout.cp)
+              * model.seq_length * d)
     # The core's batched GEMMs (QK^T: K = head_dim; PV: N = head_dim) have an arithmetic intensity of
     # about head_dim FLOP per byte of the s x s operand, below the A100 ridge point (312e12 / 2039e9 =
     # 153 FLOP/B; Williams et al. 2009 roofline), so their score-matrix traffic is charged as well:
@@ -164,9 +166,10 @@ def _flash_core(model: ModelSpec, layout: Layout) -> _Core:
     with s^2, and the attention dropout mask is regenerated from the RNG state instead of stored.
     """
     tp, d = layout.tp, layout.param_bytes
-    tokens = layout.micro_batch_size * model.seq_length
+    tokens = layout.micro_batch_size * local_seq_length(model, layout.cp)
     q = tokens * local_q_heads(model, tp) * model.head_dim * d
-    kv = tokens * local_kv_heads(model, tp) * model.head_dim * d
+    # K and V span the whole sequence (gathered over the context-parallel group when cp > 1).
+    kv = layout.micro_batch_size * model.seq_length * local_kv_heads(model, tp) * model.head_dim * d
     stats = tokens * local_q_heads(model, tp) * SOFTMAX_STATS_BYTES
     fwd = 2 * q + 2 * kv + stats  # read Q, K, V; write O and the statistics
     bwd = 2 * q + (3 * q + 2 * kv + stats) + (q + 2 * kv)  # pre-pass; main reads; writes dQ, dK, dV

@@ -20,12 +20,12 @@ from simgrid.metrics import bubble_fraction
 from simgrid.plots.canvas import PlotError, figure_and_axes, format_seconds, kind_color
 from simgrid.trace import COMPUTE_KINDS, Trace, TraceRow, comm_kind
 
-COMM_ROWS = ("tp", "pp", "dp", "other")
+COMM_ROWS = ("tp", "cp", "pp", "dp", "other")
 """Communication sub-rows under each rank, top to bottom."""
-COMM_ROW_COLORS = {"tp": "#9edae5", "pp": "#17becf", "dp": "#7f7f7f", "other": "#bcbd22"}
+COMM_ROW_COLORS = {"tp": "#9edae5", "cp": "#c5b0d5", "pp": "#17becf", "dp": "#7f7f7f", "other": "#bcbd22"}
 
 _COMPUTE_HEIGHT = 0.55
-_COMM_HEIGHT = 0.09
+_COMM_HEIGHT = 0.08  # five sub-rows must fit under the compute bar before the next rank
 _MAX_DEFAULT_RANKS = 32
 _MIN_LABEL_PX = 14.0
 _MAX_LABELS = 600

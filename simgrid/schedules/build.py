@@ -9,13 +9,14 @@ Passes, in order (each in :mod:`simgrid.schedules.lower`, each with its own test
 5. :func:`~.data_parallel.add_overlapped_grad_sync` - DDP all-reduce / PS reduce / ZeRO-1 reduce-scatter
    per bucket on the last micro-batch; :func:`~.data_parallel.add_zero2_grad_sync` - ZeRO-2 per micro-batch;
 6. :func:`~.tensor_parallel.add_tensor_parallel` - Megatron TP collectives around compute ops;
+   :func:`~.tensor_parallel.add_context_parallel` - context-parallel K/V all-gathers around attention;
 7. :func:`~.p2p.add_pipeline_p2p` - pipeline SEND/RECV placed deadlock-free (all pipeline ranks at once);
 8. :func:`~.optimizer.add_step_end` - grad-sync waits, sequence-parallel partial-gradient all-reduce
    (:func:`~.tensor_parallel.sp_grad_sync`), tied-embedding sync, optimizer (offload), param sync;
 9. :func:`~.optimizer.add_model_states` - weights/grads/optimizer ALLOC first and FREE last.
 
 The passes build one op list per pipeline rank (two with a parameter server: the server and the
-others) for the canonical ``dp = 0, tp = 0`` coordinates; :mod:`~.instantiate` then derives every rank's
+others) for the canonical ``dp = 0, tp = 0, cp = 0`` coordinates; :mod:`~.instantiate` then derives every rank's
 list, sharing the op values that do not depend on the rank. That derivation is lazy (a
 :class:`~simgrid.ir.program.LazyRanks`): a rank's op tuple is made the first time something reads it,
 so symmetric simulation of 16,384 ranks makes only the ``pp`` representatives' lists, while validation,
@@ -41,7 +42,7 @@ from simgrid.schedules.lower.optimizer import (
     embed_sync_ranks,
 )
 from simgrid.schedules.lower.p2p import add_pipeline_p2p
-from simgrid.schedules.lower.tensor_parallel import add_tensor_parallel
+from simgrid.schedules.lower.tensor_parallel import add_context_parallel, add_tensor_parallel
 from simgrid.schedules.lower.zero3 import add_zero3
 
 GENERATOR = "simgrid.schedules.build_program"
@@ -58,6 +59,7 @@ def build_roles(ctx: LoweringContext) -> list[Role]:
         role = add_overlapped_grad_sync(ctx, role, pp_rank)
         role = add_zero2_grad_sync(ctx, role, pp_rank)
         role = add_tensor_parallel(ctx, role, pp_rank)
+        role = add_context_parallel(ctx, role, pp_rank)
         roles.append(role)
     return add_pipeline_p2p(ctx, roles)
 
@@ -73,19 +75,29 @@ def finish_role(ctx: LoweringContext, role: Role, pp_rank: int, dp: int) -> list
 def mesh_groups(layout: Layout) -> dict[str, tuple[int, ...]]:
     """:meth:`Mesh.groups <simgrid.layout.mesh.Mesh.groups>` from the rank formula directly (same names,
     members and order; it walks every rank through ``coords`` and ``rank``, seconds at 16,384 ranks)."""
-    tp, dp, pp = layout.tp, layout.dp, layout.pp
-    world = tp * dp * pp
+    tp, cp, dp, pp = layout.tp, layout.cp, layout.dp, layout.pp
+    world = tp * cp * dp * pp
     out: dict[str, tuple[int, ...]] = {"world": tuple(range(world))}
-    # rank = t + tp * (d + dp * p)  (Mesh's order: tp fastest, then dp, then pp)
+
+    def part(c: int) -> str:
+        return f"-cp{c}" if cp > 1 else ""
+
+    # rank = t + tp * (c + cp * (d + dp * p))  (Mesh's order: tp fastest, then cp, then dp, then pp)
     for p in range(pp):
         for d in range(dp):
-            base = tp * (d + dp * p)
-            out[f"tp/pp{p}-dp{d}"] = tuple(range(base, base + tp))
-        for t in range(tp):
-            out[f"dp/pp{p}-tp{t}"] = tuple(range(t + tp * dp * p, t + tp * dp * (p + 1), tp))
+            for c in range(cp):
+                base = tp * (c + cp * (d + dp * p))
+                out[f"tp/pp{p}-dp{d}{part(c)}"] = tuple(range(base, base + tp))
+            if cp > 1:
+                for t in range(tp):
+                    first = t + tp * cp * (d + dp * p)
+                    out[f"cp/pp{p}-dp{d}-tp{t}"] = tuple(range(first, first + tp * cp, tp))
+        for t in range(tp):  # the data-parallel group spans dp and cp
+            out[f"dp/pp{p}-tp{t}"] = tuple(range(t + tp * cp * dp * p, t + tp * cp * dp * (p + 1), tp))
     for d in range(dp):
-        for t in range(tp):
-            out[f"pp/dp{d}-tp{t}"] = tuple(range(t + tp * d, world, tp * dp))
+        for c in range(cp):
+            for t in range(tp):
+                out[f"pp/dp{d}-tp{t}{part(c)}"] = tuple(range(t + tp * (c + cp * d), world, tp * cp * dp))
     return dict(sorted(out.items()))
 
 
@@ -95,12 +107,14 @@ def program_groups(ctx: LoweringContext) -> dict[str, tuple[int, ...]]:
     pair = embed_sync_ranks(ctx)
     if pair is not None:
         first, last = pair
+        cps: list[int | None] = list(range(ctx.layout.cp)) if ctx.layout.cp > 1 else [None]
         for dp in range(ctx.layout.dp):
             for tp in range(ctx.layout.tp):
-                groups[embed_group_name(dp, tp)] = (
-                    ctx.mesh.rank(pp=first, dp=dp, tp=tp),
-                    ctx.mesh.rank(pp=last, dp=dp, tp=tp),
-                )
+                for cp in cps:
+                    groups[embed_group_name(dp, tp, cp)] = (
+                        ctx.mesh.rank(pp=first, dp=dp, tp=tp, cp=cp),
+                        ctx.mesh.rank(pp=last, dp=dp, tp=tp, cp=cp),
+                    )
     return groups
 
 def build_program(model: ModelSpec, layout: Layout, *, granularity: Granularity = "block") -> Program:
@@ -120,18 +134,19 @@ def _build(model: ModelSpec, layout: Layout, granularity: Granularity) -> Progra
         if server_differs:
             templates.append(finish_role(ctx, role, pp_rank, 1))
         makers.append([RoleInstantiator(ctx.mesh, pp_rank, ops) for ops in templates])
-    tp_size, dp_size = layout.tp, layout.dp
+    tp_size, cp_size, dp_size = layout.tp, layout.cp, layout.dp
 
     def make_rank(rank: int) -> tuple[Op, ...]:
-        # rank = tp + tp_size * (dp + dp_size * pp)  (Mesh's order)
+        # rank = tp + tp_size * (cp + cp_size * (dp + dp_size * pp))  (Mesh's order)
         rest, tp = divmod(rank, tp_size)
+        rest, cp = divmod(rest, cp_size)
         pp_rank, dp = divmod(rest, dp_size)
-        return makers[pp_rank][1 if dp and server_differs else 0].ops(dp, tp)
+        return makers[pp_rank][1 if dp and server_differs else 0].ops(dp, tp, cp)
 
     lengths = []
     for pp_rank in range(layout.pp):
         for dp in range(dp_size):
-            lengths += [len(makers[pp_rank][1 if dp and server_differs else 0].template)] * tp_size
+            lengths += [len(makers[pp_rank][1 if dp and server_differs else 0].template)] * (tp_size * cp_size)
     meta = {"generator": GENERATOR, "schedule": ctx.schedule, "granularity": granularity,
             "num_microbatches": ctx.num_microbatches}
     return Program(model=model, layout=layout, groups=program_groups(ctx), ranks=LazyRanks(make_rank, lengths),

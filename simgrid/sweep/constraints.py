@@ -53,6 +53,8 @@ class SweepConstraints:
     """Sequence-parallel settings tried; ``True`` is only tried with tp > 1."""
     flash_attention: tuple[bool, ...] = (False,)
     """FlashAttention settings tried (selective recompute is skipped with it: nothing is left to recompute)."""
+    context_parallel: tuple[int, ...] = (1,)
+    """Context-parallel degrees tried (each rank holds ``seq / cp`` tokens; Llama 3's all-gather CP)."""
     allow_uneven_stages: bool = False
     """Also try pp * vpp that does not divide the layer count (stages then differ by a layer; the
     slowest stage sets the pace, so even splits are tried by default, as Megatron-LM requires)."""
@@ -70,6 +72,11 @@ class SweepConstraints:
         _check_choices("recompute", self.recompute, RECOMPUTE_POLICIES)
         _check_choices("sequence_parallel", self.sequence_parallel, (False, True))
         _check_choices("flash_attention", self.flash_attention, (False, True))
+        if not self.context_parallel or not all(_is_positive_int(c) for c in self.context_parallel):
+            raise LayoutError(
+                f"sweep constraint context_parallel = {self.context_parallel!r} must be a non-empty tuple of "
+                "positive integers"
+            )
         mbs = self.micro_batch_sizes
         if mbs is not None and (not mbs or not all(_is_positive_int(m) for m in mbs)):
             raise LayoutError(

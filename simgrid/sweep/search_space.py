@@ -1,7 +1,7 @@
 """Every valid parallel layout for a model, a GPU count and a global batch.
 
-The search walks the degrees first (tp, pp, and dp = gpus / (tp * pp)) and then, for each valid degree
-triple, the recipe (schedule and virtual stages, ZeRO stage, micro-batch size, recompute). Validity is
+The search walks the degrees first (the context-parallel degrees asked for, default 1; tp, pp, and
+dp = gpus / (tp * pp * cp)) and then, for each valid degree combination, the recipe (schedule and virtual stages, ZeRO stage, micro-batch size, recompute). Validity is
 not re-implemented here: each candidate is built as a :class:`~simgrid.layout.Layout` and passed to
 :func:`~simgrid.layout.check_layout` (and the schedule generator's own rule check); a ``LayoutError`` drops
 the candidate and its message, with numbers blanked out, is counted as the reason. A degree triple that
@@ -80,40 +80,46 @@ def enumerate_layout_space(
 
     layouts: list[Layout] = []
     tried = 0
-    for tp in _tp_degrees(gpus, gpus_per_node, c):
-        for pp in _pp_degrees(gpus // tp, model.num_layers, c):
-            dp = gpus // (tp * pp)
-            if (c.dp is not None and dp != c.dp) or (c.max_dp is not None and dp > c.max_dp):
-                continue
-            degree_error = _degree_error(model, dp=dp, tp=tp, pp=pp, global_batch=global_batch)
-            if degree_error is not None:
-                tried += 1
-                drop(degree_error)
-                continue
-            for kwargs in _recipes(dp=dp, tp=tp, pp=pp, layers=model.num_layers, global_batch=global_batch, c=c):
-                tried += 1
-                try:
-                    layout = Layout(dp=dp, tp=tp, pp=pp, global_batch_size=global_batch, **kwargs)
-                    check_layout(model, layout)
-                    _check_schedule(layout)
-                except LayoutError as exc:
-                    drop(str(exc))
+    for cp in c.context_parallel:
+        if gpus % cp:
+            tried += 1
+            drop(f"sweep: context_parallel {cp} does not divide the {gpus} GPUs; pick a divisor of {gpus}")
+            continue
+        for tp in _tp_degrees(gpus // cp, gpus_per_node, c):
+            for pp in _pp_degrees(gpus // (tp * cp), model.num_layers, c):
+                dp = gpus // (tp * pp * cp)
+                if (c.dp is not None and dp != c.dp) or (c.max_dp is not None and dp > c.max_dp):
                     continue
-                layouts.append(layout)
+                degree_error = _degree_error(model, dp=dp, tp=tp, pp=pp, cp=cp, global_batch=global_batch)
+                if degree_error is not None:
+                    tried += 1
+                    drop(degree_error)
+                    continue
+                for kwargs in _recipes(dp=dp, tp=tp, pp=pp, cp=cp, layers=model.num_layers,
+                                       global_batch=global_batch, c=c):
+                    tried += 1
+                    try:
+                        layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, global_batch_size=global_batch, **kwargs)
+                        check_layout(model, layout)
+                        _check_schedule(layout)
+                    except LayoutError as exc:
+                        drop(str(exc))
+                        continue
+                    layouts.append(layout)
     return LayoutSpace(layouts=tuple(layouts), tried=tried, invalid_reasons=reasons, invalid_examples=examples)
 
 
-def _degree_error(model: ModelSpec, *, dp: int, tp: int, pp: int, global_batch: int) -> str | None:
-    """The reason a (dp, tp, pp) triple can never be valid, or ``None``."""
+def _degree_error(model: ModelSpec, *, dp: int, tp: int, pp: int, cp: int, global_batch: int) -> str | None:
+    """The reason a (dp, tp, pp, cp) combination can never be valid, or ``None``."""
     try:
-        probe = Layout(dp=dp, tp=tp, pp=pp, global_batch_size=global_batch, micro_batch_size=1)
+        probe = Layout(dp=dp, tp=tp, pp=pp, cp=cp, global_batch_size=global_batch, micro_batch_size=1)
         check_layout(model, probe)
     except LayoutError as exc:
         return str(exc)
     return None
 
 
-def _recipes(*, dp: int, tp: int, pp: int, layers: int, global_batch: int, c: SweepConstraints) -> Any:
+def _recipes(*, dp: int, tp: int, pp: int, cp: int, layers: int, global_batch: int, c: SweepConstraints) -> Any:
     """Keyword sets (schedule, vpp, zero, micro-batch, recompute, sequence parallel, flash attention) for one
     triple."""
     if pp == 1:
@@ -130,8 +136,8 @@ def _recipes(*, dp: int, tp: int, pp: int, layers: int, global_batch: int, c: Sw
                 schedule_vpps.append((schedule, 2))
             else:
                 schedule_vpps.append((schedule, 1))
-    # ZeRO over one replica shards nothing: stage 0 stands for all of them.
-    zero_stages = [z for z in c.zero_stages if dp > 1 or z == 0] or [0]
+    # ZeRO over one replica (and one sequence part) shards nothing: stage 0 stands for all of them.
+    zero_stages = [z for z in c.zero_stages if dp * cp > 1 or z == 0] or [0]
     per_replica = global_batch // dp
     if c.micro_batch_sizes is not None:
         mbs_values = [m for m in c.micro_batch_sizes if per_replica % m == 0]

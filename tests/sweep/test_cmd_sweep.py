@@ -16,16 +16,17 @@ TINY = ["--model", "tiny-gpt", "--cluster", "dgx-a100-hdr", "--gpus", "4", "--gb
 
 
 def test_json_lists_the_issue_keys_best_first(capsys: pytest.CaptureFixture[str]) -> None:
-    """--json prints a list of objects with exactly the contract keys, sorted by step time."""
+    """--json prints a list of objects with exactly the contract keys (plus cp, the context-parallel degree,
+    a layout field too), sorted by step time."""
     assert main(["sweep", *TINY, "--json", "--top", "5"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert 1 <= len(data) <= 5
-    keys = {"dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "step_time_s", "mfu",
+    keys = {"dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "cp", "step_time_s", "mfu",
             "peak_memory_bytes"}
     assert all(set(entry) == keys for entry in data)
     steps = [entry["step_time_s"] for entry in data]
     assert steps == sorted(steps)
-    assert all(e["dp"] * e["tp"] * e["pp"] == 4 for e in data)
+    assert all(e["dp"] * e["tp"] * e["pp"] * e["cp"] == 4 for e in data)
 
 
 def test_table_output_and_csv_cover_every_simulated_layout(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -156,3 +156,20 @@ def test_describe_lists_only_changed_constraints() -> None:
     """describe() is 'defaults' for defaults and name=value for changes."""
     assert SweepConstraints().describe() == "defaults"
     assert SweepConstraints(tp=8, recompute=("full",)).describe() == "tp=8, recompute=full"
+
+
+def test_context_parallel_degrees_are_searched_when_asked() -> None:
+    """context_parallel (1, 2) on 4 GPUs: cp 2 layouts use dp * tp * pp * cp = 4 GPUs, and ZeRO stages are
+    tried even at dp 1 when cp 2 gives the gradients two ranks to shard over; by default cp stays 1."""
+    space = enumerate_layout_space(SMALL, 4, gpus=4, global_batch=4,
+                                   constraints=SweepConstraints(context_parallel=(1, 2)))
+    with_cp = [lay for lay in space.layouts if lay.cp == 2]
+    assert with_cp and all(lay.world_size == 4 for lay in with_cp)
+    assert any(lay.dp == 1 and lay.zero == 1 for lay in with_cp)
+    assert {lay.cp for lay in enumerate_layouts(SMALL, 4, gpus=4, global_batch=4)} == {1}
+
+
+def test_bad_context_parallel_constraint_names_the_field() -> None:
+    """An empty or non-positive list of cp degrees is refused with the field's name."""
+    with pytest.raises(LayoutError, match=r"context_parallel = \(\) must be a non-empty tuple"):
+        SweepConstraints(context_parallel=())

@@ -95,8 +95,8 @@ class LoweringContext:
         return pipeline_order(self.schedule, lay.pp, self.num_microbatches, lay.vpp)
 
     def coord(self, pp_rank: int) -> RankCoord:
-        """Canonical coordinates of a role: the ``dp = 0, tp = 0`` rank of the pipeline rank."""
-        return RankCoord(pp=pp_rank, dp=0, tp=0)
+        """Canonical coordinates of a role: the ``dp = 0, tp = 0`` (and ``cp = 0``) rank of the pipeline rank."""
+        return RankCoord(pp=pp_rank, dp=0, tp=0, cp=0 if self.layout.cp > 1 else None)
 
     def canonical_rank(self, pp_rank: int) -> int:
         """Global rank of a role's canonical coordinates."""

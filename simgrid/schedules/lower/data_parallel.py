@@ -73,7 +73,7 @@ def _bucket_collective(ctx: LoweringContext, pp_rank: int, stage: int, bucket: B
 
 def add_overlapped_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     """DDP all-reduce, PS reduce or ZeRO-1 reduce-scatter per bucket on the last micro-batch's backward."""
-    if ctx.layout.dp == 1 or ctx.layout.zero >= 2:
+    if ctx.layout.grad_sync_size == 1 or ctx.layout.zero >= 2:
         return role
     if not ctx.layout.overlap_grad_reduce:
         # Megatron-LM 2021 (``--DDP-impl local``) all-reduces the whole gradient buffer after the last
@@ -101,7 +101,7 @@ def double_buffer_bytes(buckets: list[Bucket]) -> int:
 
 def add_zero2_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     """ZeRO-2: per micro-batch, reduce-scatter each bucket as its backward completes, then free it."""
-    if ctx.layout.dp == 1 or ctx.layout.zero != 2:
+    if ctx.layout.grad_sync_size == 1 or ctx.layout.zero != 2:
         return role
     group = Mesh.dp_group_name(ctx.coord(pp_rank))
     for step in role:

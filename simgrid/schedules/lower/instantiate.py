@@ -1,7 +1,7 @@
-"""Turn a role's op list (written for the canonical ``dp = 0, tp = 0`` rank) into every rank's op list.
+"""Turn a role's op list (written for the canonical ``dp = 0, tp = 0, cp = 0`` rank) into every rank's op list.
 
 Ranks of one pipeline rank issue the same ops; they differ only in the names of their tensor-parallel,
-data-parallel and embedding groups, the roots of rooted collectives (the data-parallel group's first
+context-parallel, data-parallel and embedding groups, the roots of rooted collectives (the data-parallel group's first
 rank) and their pipeline peers. Only those ops are rebuilt; every other op value is shared between the
 ranks, and collectives are rebuilt once per distinct group (once per tensor-parallel group, not per
 rank). The per-rank lists are patched copies of the template made with numpy fancy indexing.
@@ -36,7 +36,7 @@ def _object_array(items: list[Op]) -> np.ndarray:
 
 
 class RoleInstantiator:
-    """Rebuilds the rank-specific ops of one role's template for each (dp, tp) coordinate."""
+    """Rebuilds the rank-specific ops of one role's template for each (dp, tp, cp) coordinate."""
 
     def __init__(self, mesh: Mesh, pp_rank: int, template: list[Op]) -> None:
         self.mesh = mesh
@@ -44,27 +44,37 @@ class RoleInstantiator:
         self.template = template
         self._canonical: tuple[Op, ...] | None = None
         self._prepared = False
-        self._dp_patches: dict[int, np.ndarray] = {}
-        self._tp_patches: dict[int, np.ndarray] = {}
+        self._with_cp = mesh.layout.cp > 1
+        self._tp_group_patches: dict[tuple[int, int], np.ndarray] = {}
+        self._dp_group_patches: dict[int, np.ndarray] = {}
+        self._cp_group_patches: dict[tuple[int, int], np.ndarray] = {}
+
+    def _coord(self, dp: int, tp: int, cp: int) -> RankCoord:
+        return RankCoord(pp=self.pp_rank, dp=dp, tp=tp, cp=cp if self._with_cp else None)
 
     def _prepare(self) -> None:
         # Indexing the template costs a pass over it; symmetric simulation only ever asks for the
         # canonical rank, so this runs on the first replica asked for.
-        template, mesh, pp_rank = self.template, self.mesh, self.pp_rank
+        template, mesh = self.template, self.mesh
         self._array = _object_array(template)
-        canonical = RankCoord(pp=pp_rank, dp=0, tp=0)
-        tp_name, dp_name, embed_name = Mesh.tp_group_name(canonical), Mesh.dp_group_name(canonical), embed_group_name(0, 0)
-        self._by_dp: list[int] = []
-        self._by_tp: list[int] = []
+        canonical = self._coord(0, 0, 0)
+        tp_name, dp_name = Mesh.tp_group_name(canonical), Mesh.dp_group_name(canonical)
+        cp_name = Mesh.cp_group_name(canonical) if self._with_cp else None
+        embed_name = embed_group_name(0, 0, canonical.cp)
+        self._in_tp_group: list[int] = []  # differ by (dp, cp)
+        self._in_dp_group: list[int] = []  # differ by tp
+        self._in_cp_group: list[int] = []  # differ by (dp, tp)
         self._by_rank: list[int] = []
         for i, op in enumerate(template):
             kind = type(op)
             if kind is Collective:
                 group = op.group  # type: ignore[union-attr]
                 if group == tp_name:
-                    self._by_dp.append(i)
+                    self._in_tp_group.append(i)
                 elif group == dp_name:
-                    self._by_tp.append(i)
+                    self._in_dp_group.append(i)
+                elif group == cp_name:
+                    self._in_cp_group.append(i)
                 elif group == embed_name:
                     self._by_rank.append(i)
             elif kind is Send or kind is Recv:
@@ -77,32 +87,41 @@ class RoleInstantiator:
         ]
         self._prepared = True
 
-    def _patch_dp(self, dp: int) -> np.ndarray:
-        found = self._dp_patches.get(dp)
+    def _renamed(self, indices: list[int], name: str) -> np.ndarray:
+        return _object_array([replaced(self.template[i], group=name) for i in indices])
+
+    def _patch_tp_group(self, dp: int, cp: int) -> np.ndarray:
+        found = self._tp_group_patches.get((dp, cp))
         if found is None:
-            name = Mesh.tp_group_name(RankCoord(pp=self.pp_rank, dp=dp, tp=0))
-            found = _object_array([replaced(self.template[i], group=name) for i in self._by_dp])
-            self._dp_patches[dp] = found
+            name = Mesh.tp_group_name(self._coord(dp, 0, cp))
+            found = self._tp_group_patches[(dp, cp)] = self._renamed(self._in_tp_group, name)
         return found
 
-    def _patch_tp(self, tp: int) -> np.ndarray:
-        found = self._tp_patches.get(tp)
+    def _patch_cp_group(self, dp: int, tp: int) -> np.ndarray:
+        found = self._cp_group_patches.get((dp, tp))
         if found is None:
-            name = Mesh.dp_group_name(RankCoord(pp=self.pp_rank, dp=0, tp=tp))
+            name = Mesh.cp_group_name(self._coord(dp, tp, 0))
+            found = self._cp_group_patches[(dp, tp)] = self._renamed(self._in_cp_group, name)
+        return found
+
+    def _patch_dp_group(self, tp: int) -> np.ndarray:
+        found = self._dp_group_patches.get(tp)
+        if found is None:
+            name = Mesh.dp_group_name(self._coord(0, tp, 0))
             root = self.mesh.rank(pp=self.pp_rank, dp=0, tp=tp)
             ops = []
-            for i in self._by_tp:
+            for i in self._in_dp_group:
                 op = self.template[i]
-                assert isinstance(op, Collective)  # _by_tp holds collectives only
+                assert isinstance(op, Collective)  # _in_dp_group holds collectives only
                 ops.append(replaced(op, group=name, root=None if op.root is None else root))
-            found = self._tp_patches[tp] = _object_array(ops)
+            found = self._dp_group_patches[tp] = _object_array(ops)
         return found
 
-    def _patch_rank(self, dp: int, tp: int) -> list[Op]:
+    def _patch_rank(self, dp: int, tp: int, cp: int) -> list[Op]:
         lay = self.mesh.layout
-        # rank = tp + TP * (dp + DP * pp) (Mesh): a peer on pipeline rank q is base + stride * q.
-        base, stride = tp + lay.tp * dp, lay.tp * lay.dp
-        embed = embed_group_name(dp, tp)
+        # rank = tp + TP * (cp + CP * (dp + DP * pp)) (Mesh): a peer on pipeline rank q is base + stride * q.
+        base, stride = tp + lay.tp * (cp + lay.cp * dp), lay.tp * lay.cp * lay.dp
+        embed = embed_group_name(dp, tp, cp if self._with_cp else None)
         out: list[Op] = []
         append, new = out.append, object.__new__
         for op, fields, q in self._rank_specs:
@@ -116,21 +135,23 @@ class RoleInstantiator:
             append(copy)
         return out
 
-    def ops(self, dp: int, tp: int) -> tuple[Op, ...]:
-        """The op list of the rank at ``(pp_rank, dp, tp)``."""
-        if dp == 0 and tp == 0:
+    def ops(self, dp: int, tp: int, cp: int = 0) -> tuple[Op, ...]:
+        """The op list of the rank at ``(pp_rank, dp, tp, cp)``."""
+        if dp == 0 and tp == 0 and cp == 0:
             if self._canonical is None:
                 self._canonical = tuple(self.template)
             return self._canonical
         if not self._prepared:
             self._prepare()
         array = self._array.copy()
-        if dp and self._by_dp:
-            array[self._by_dp] = self._patch_dp(dp)
-        if tp and self._by_tp:
-            array[self._by_tp] = self._patch_tp(tp)
+        if (dp or cp) and self._in_tp_group:
+            array[self._in_tp_group] = self._patch_tp_group(dp, cp)
+        if tp and self._in_dp_group:
+            array[self._in_dp_group] = self._patch_dp_group(tp)
+        if (dp or tp) and self._in_cp_group:
+            array[self._in_cp_group] = self._patch_cp_group(dp, tp)
         if self._by_rank:
             patch = np.empty(len(self._by_rank), dtype=object)
-            patch[:] = self._patch_rank(dp, tp)
+            patch[:] = self._patch_rank(dp, tp, cp)
             array[self._by_rank] = patch
         return tuple(array.tolist())

@@ -47,9 +47,10 @@ FP32_BYTES = 4
 EMBED_GROUP_PREFIX = "embed/"
 
 
-def embed_group_name(dp: int, tp: int) -> str:
-    """Group that all-reduces the tied word-embedding gradient between the first and last stage."""
-    return f"{EMBED_GROUP_PREFIX}dp{dp}-tp{tp}"
+def embed_group_name(dp: int, tp: int, cp: int | None = None) -> str:
+    """Group that all-reduces the tied word-embedding gradient between the first and last stage
+    (``cp``: the context-parallel index, ``None`` without context parallelism)."""
+    return f"{EMBED_GROUP_PREFIX}dp{dp}-tp{tp}" + (f"-cp{cp}" if cp is not None else "")
 
 
 def embed_sync_ranks(ctx: LoweringContext) -> tuple[int, int] | None:
@@ -112,8 +113,9 @@ def _embed_sync(ctx: LoweringContext, pp_rank: int) -> list[Op]:
 
     size = params.word_embedding_params(ctx.model, ctx.layout.tp) * ctx.layout.param_bytes
     handle = "embed-grad"
-    return [Collective(kind="all_reduce", group=embed_group_name(0, 0), bytes=size, purpose="embed-grad",
-                       handle=handle, label="embed-grad"), Wait(handle=handle)]
+    group = embed_group_name(0, 0, ctx.coord(pp_rank).cp)
+    return [Collective(kind="all_reduce", group=group, bytes=size, purpose="embed-grad", handle=handle,
+                       label="embed-grad"), Wait(handle=handle)]
 
 
 def optimizer_traffic_bytes_per_param(layout: Layout) -> int:
@@ -146,7 +148,7 @@ def _optimizer_ops(ctx: LoweringContext, pp_rank: int) -> list[Op]:
 
     lay = ctx.layout
     per = state_bytes_per_param(lay)
-    shard = lay.dp if lay.zero >= 1 else 1
+    shard = lay.grad_sync_size if lay.zero >= 1 else 1
     device = "cpu" if lay.offload_optimizer else "gpu"
     before: list[Op] = []
     steps: list[Op] = []
@@ -170,7 +172,7 @@ def _optimizer_ops(ctx: LoweringContext, pp_rank: int) -> list[Op]:
 
 def _param_sync(ctx: LoweringContext, pp_rank: int) -> list[Op]:
     lay = ctx.layout
-    if lay.dp == 1 or lay.zero == 3 or (lay.zero == 0 and lay.dp_mode != "parameter-server"):
+    if lay.grad_sync_size == 1 or lay.zero == 3 or (lay.zero == 0 and lay.dp_mode != "parameter-server"):
         return []
     group = Mesh.dp_group_name(ctx.coord(pp_rank))
     issues: list[Op] = []

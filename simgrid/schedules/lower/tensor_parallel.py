@@ -1,4 +1,4 @@
-"""Pass: Megatron 1-D tensor-parallel collectives around the compute ops that need them.
+"""Passes: Megatron 1-D tensor-parallel and context-parallel collectives around the compute ops that need them.
 
 ``BlockCost.tp_comm`` lists, per sub-block, the collectives Megatron-LM issues (Shoeybi et al. 2019,
 figure 3: one all-reduce after the attention and one after the MLP in the forward, the conjugate ones in
@@ -13,11 +13,16 @@ attention core, which has no communication.
 
 At ``stage`` granularity the collectives of the op's whole block range are folded into one collective
 per (position, kind) with ``count`` = how many were folded and ``bytes`` their total.
+
+Context parallelism uses the same machinery on ``BlockCost.cp_comm`` and the CP group: the attention's K/V
+all-gather before the forward (and a full recompute's forward), the re-gather and the dK/dV
+reduce-scatter around the backward (:func:`simgrid.model.comm.block_cp_collectives`).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 
 from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
@@ -32,20 +37,22 @@ def _phase(ctx: LoweringContext, op: Compute) -> str | None:
     return None
 
 
-def _folded(ctx: LoweringContext, kind: str, start: int, end: int, phase: str) -> list[tuple[str, str, int, int]]:
-    """(position, collective kind, count, bytes) of the TP collectives of blocks [start, end) in a phase.
+def _folded(ctx: LoweringContext, kind: str, start: int, end: int, phase: str, comm: str
+            ) -> list[tuple[str, str, int, int]]:
+    """(position, collective kind, count, bytes) of the ``comm`` collectives (``tp_comm`` or ``cp_comm`` of
+    :class:`~simgrid.model.cost.BlockCost`) of blocks [start, end) in a phase.
 
     Block granularity keeps every collective, in the model's order; stage granularity folds them per
     (position, kind), in order of first occurrence. The same for every micro-batch, so cached.
     """
-    cache = ctx.memo["tp-folds"]
-    key = (kind, start, end)
+    cache = ctx.memo["block-collective-folds"]
+    key = (comm, kind, start, end)
     if key not in cache:
         folded: dict[tuple[str, str, int], list[int]] = defaultdict(lambda: [0, 0])
         for block in range(start, end):
             if kind == "R" and ctx.cost(block).recompute_flops == 0:
                 continue  # a stage-wide R op does not rerun the embedding or the head
-            for serial, coll in enumerate(ctx.cost(block).tp_comm):
+            for serial, coll in enumerate(getattr(ctx.cost(block), comm)):
                 if coll.phase == phase:
                     entry = folded[(coll.position, coll.kind, serial if ctx.granularity == "block" else 0)]
                     entry[0] += 1
@@ -54,36 +61,45 @@ def _folded(ctx: LoweringContext, kind: str, start: int, end: int, phase: str) -
     return cache[key]
 
 
-def tp_collectives(ctx: LoweringContext, op: Compute, group: str) -> tuple[list[Op], list[Op]]:
-    """(ops before, ops after) the compute op: each TP collective followed by its WAIT."""
+def block_collectives(ctx: LoweringContext, op: Compute, group: str, *, comm: str = "tp_comm",
+                      purpose: str = "tp") -> tuple[list[Op], list[Op]]:
+    """(ops before, ops after) the compute op: each of its blocks' ``comm`` collectives on ``group``,
+    followed at once by its WAIT (Megatron's tensor-parallel and Llama 3's context-parallel collectives
+    are synchronous)."""
     phase = _phase(ctx, op)
-    if phase is None or ctx.layout.tp == 1:
+    if phase is None:
         return [], []
     label_base = f"b{op.block_start}" if ctx.granularity == "block" else f"s{op.stage}"
     label = f"{label_base}:{phase}" if op.kind != "R" else f"{label_base}:recompute"
-    prefix = f"tp:s{op.stage}:m{op.microbatch}:{op.kind}:b{op.block_start}:"
+    prefix = f"{purpose}:s{op.stage}:m{op.microbatch}:{op.kind}:b{op.block_start}:"
     before: list[Op] = []
     after: list[Op] = []
-    for index, (position, kind, count, size) in enumerate(_folded(ctx, op.kind, op.block_start, op.block_end, phase)):
+    for index, (position, kind, count, size) in enumerate(
+        _folded(ctx, op.kind, op.block_start, op.block_end, phase, comm)
+    ):
         handle = f"{prefix}{position}{index}"
-        collective = Collective(kind=kind, group=group, bytes=size, purpose="tp", handle=handle,  # type: ignore[arg-type]
+        collective = Collective(kind=kind, group=group, bytes=size, purpose=purpose, handle=handle,  # type: ignore[arg-type]
                                 count=count, label=label)
         (before if position == "before" else after).extend((collective, Wait(handle=handle)))
     return before, after
 
 
-def add_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
-    """Wrap every F, B, I and full-recompute R op with its tensor-parallel collectives."""
+def tp_collectives(ctx: LoweringContext, op: Compute, group: str) -> tuple[list[Op], list[Op]]:
+    """(ops before, ops after) the compute op: each TP collective followed by its WAIT."""
     if ctx.layout.tp == 1:
-        return role
-    group = Mesh.tp_group_name(ctx.coord(pp_rank))
+        return [], []
+    return block_collectives(ctx, op, group)
+
+
+def wrap_compute_ops(role: Role, wrap: Callable[[Compute], tuple[list[Op], list[Op]]]) -> Role:
+    """Put ``wrap(op)``'s (before, after) ops around every compute op of the role's actions."""
     for step in role:
         if step.action is None:
             continue
         new_ops: list[Op] = []
         for op in step.ops:
             if type(op) is Compute:
-                before, after = tp_collectives(ctx, op, group)
+                before, after = wrap(op)
                 new_ops += before
                 new_ops.append(op)
                 new_ops += after
@@ -91,6 +107,24 @@ def add_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
                 new_ops.append(op)
         step.ops = new_ops
     return role
+
+
+def add_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
+    """Wrap every F, B, I and full-recompute R op with its tensor-parallel collectives."""
+    if ctx.layout.tp == 1:
+        return role
+    group = Mesh.tp_group_name(ctx.coord(pp_rank))
+    return wrap_compute_ops(role, lambda op: tp_collectives(ctx, op, group))
+
+
+def add_context_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
+    """Wrap every attention F, B, I and full-recompute R op with its context-parallel collectives: the K/V
+    all-gather before the core, and in the backward the K/V re-gather and the dK/dV reduce-scatter
+    (:func:`simgrid.model.comm.block_cp_collectives`; Llama 3's all-gather context parallelism)."""
+    if ctx.layout.cp == 1:
+        return role
+    group = Mesh.cp_group_name(ctx.coord(pp_rank))
+    return wrap_compute_ops(role, lambda op: block_collectives(ctx, op, group, comm="cp_comm", purpose="cp"))
 
 
 def sp_partial_params(ctx: LoweringContext, block: int) -> int:

@@ -108,7 +108,7 @@ def split_units(ops: list[Op]) -> tuple[list[Op], list[tuple[tuple[int, int], li
 
 def add_zero3(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     """Insert ZeRO-3 gathers, frees and gradient reduce-scatters into every F/B step."""
-    if ctx.layout.zero != 3 or ctx.layout.dp == 1:
+    if ctx.layout.zero != 3 or ctx.layout.grad_sync_size == 1:
         return role
     group = Mesh.dp_group_name(ctx.coord(pp_rank))
     depth = ctx.layout.zero3_prefetch_depth
