@@ -23,15 +23,28 @@ def test_activations_drop_the_score_terms_and_keep_one_statistic_per_row() -> No
     assert layer_activation_bytes(m, flash_attention=True) == 34 * s * b * h + 4 * a * s * b
 
 
-def test_backward_recomputes_one_q_k_product() -> None:
-    """The FlashAttention backward recomputes S = Q K^T: 2 b s^2 h more FLOPs than the standard backward (tp 1),
-    and the forward is unchanged."""
+def test_fused_core_skips_masked_tiles_and_its_backward_recomputes_one_q_k_product() -> None:
+    """gpt3-175b, s = 2048: a causal FlashAttention core computes the 16 * 17 / 2 tiles (of 128 rows) on or
+    below the diagonal, 17/32 of the unmasked 4 b s^2 h forward; its backward recomputes S = Q K^T, so it is
+    2.5 times that (10 instead of 8 b s^2 h unmasked). The linear layers do not change."""
     m = get_model("gpt3-175b")
     s, h = m.seq_length, m.hidden_size
     plain, flash = block_flops(m, 1), block_flops(m, 1, flash_attention=True)
-    assert flash.fwd == plain.fwd
-    assert flash.bwd_input - plain.bwd_input == pytest.approx(2 * s * s * h)
+    fraction = (16 * 17 / 2) / 16**2
+    assert flash.attention_core_fwd == pytest.approx(fraction * 4 * s * s * h)
+    assert flash.attention_core_bwd == pytest.approx(2.5 * flash.attention_core_fwd)
+    linear_fwd = plain.fwd - plain.attention_core_fwd
+    assert flash.fwd - flash.attention_core_fwd == pytest.approx(linear_fwd)
     assert flash.bwd_weight == plain.bwd_weight
+
+
+def test_causal_tile_fraction_tends_to_one_half() -> None:
+    """One tile: nothing to skip; many tiles: about half (n + 1) / (2 n)."""
+    from simgrid.model.flops import causal_tile_fraction
+
+    assert causal_tile_fraction(100) == 1.0
+    assert causal_tile_fraction(256) == pytest.approx(3 / 4)
+    assert causal_tile_fraction(131072) == pytest.approx(1025 / 2048)
 
 
 def test_attention_traffic_grows_linearly_with_sequence_length() -> None:
