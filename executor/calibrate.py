@@ -50,6 +50,7 @@ from simgrid.hardware import (
 )
 from simgrid.ir.jsonio import program_from_json, program_to_json
 from simgrid.ir.ops import Collective, Compute, Op, Recv, Send, Transfer, Wait
+from simgrid.ir.program import Program
 from simgrid.layout.spec import Layout
 from simgrid.model.spec import ModelSpec
 from simgrid.schedules import build_program
@@ -186,15 +187,21 @@ def trimmed_mean_s(times: Sequence[float]) -> float:
     return mean_rows([("t", t) for t in times])["t"] * 1e-6
 
 
-def program_message_sizes(model: ModelSpec, layouts: Sequence[Layout]) -> dict[str, tuple[int, ...]]:
-    """Collective kind (and ``"send"``) -> bytes per call the programs of ``layouts`` issue, sorted.
+def calibration_programs(model: ModelSpec, layouts: Sequence[Layout]) -> list[Program]:
+    """The Program of each layout, built once: message sizes, in-situ runs and the op table all read
+    these same programs (building one is the slow part of preparing a calibration)."""
+    return [build_program(model, layout) for layout in layouts]
+
+
+def program_message_sizes(programs: Sequence[Program]) -> dict[str, tuple[int, ...]]:
+    """Collective kind (and ``"send"``) -> bytes per call ``programs`` issue, sorted.
 
     Measured in addition to :data:`COLLECTIVE_SIZES_BYTES` so the tables hold the model's own message
     sizes (gradient buckets, gathered blocks, activations) instead of interpolating between grid points.
     """
     sizes: dict[str, set[int]] = {}
-    for layout in layouts:
-        for rank_ops in build_program(model, layout).ranks:
+    for program in programs:
+        for rank_ops in program.ranks:
             for op in rank_ops:
                 if isinstance(op, Collective):
                     sizes.setdefault(op.kind, set()).add(max(1, op.bytes // max(1, op.count)))
@@ -295,26 +302,27 @@ def _insitu_worker(ctx: RankContext, payload: list[tuple[str, int]]) -> list[tup
     return samples
 
 
-def insitu_samples(model: ModelSpec, layouts: Sequence[Layout], *, steps: int = 6,
+def insitu_samples(programs: Sequence[Program], *, steps: int = 6,
                    config: LaunchConfig | None = None) -> list[tuple[str, float, bool]]:
-    """(key, seconds, comm in flight) of every op of short real runs of the calibration ``layouts``."""
+    """(key, seconds, comm in flight) of every op of short real runs of the calibration ``programs``
+    (one spawned world per world size)."""
     samples: list[tuple[str, float, bool]] = []
-    by_world: dict[int, list[Layout]] = {}
-    for layout in layouts:
-        by_world.setdefault(layout.world_size, []).append(layout)
+    by_world: dict[int, list[Program]] = {}
+    for program in programs:
+        by_world.setdefault(len(program.ranks), []).append(program)
     for world, group in by_world.items():
-        payload = [(program_to_json(build_program(model, lay), indent=None), steps) for lay in group]
+        payload = [(program_to_json(program, indent=None), steps) for program in group]
         cfg = config or LaunchConfig(world_size=world, run_timeout_s=900)
         for rank_samples in spawn_world(_insitu_worker, payload, dataclasses.replace(cfg, world_size=world)):
             samples += rank_samples
     return samples
 
 
-def compute_ops_by_key(model: ModelSpec, layouts: Sequence[Layout]) -> dict[str, Compute]:
-    """One device compute op per measured-table key over the programs of ``layouts``."""
+def compute_ops_by_key(programs: Sequence[Program]) -> dict[str, Compute]:
+    """One device compute op per measured-table key over ``programs``."""
     ops: dict[str, Compute] = {}
-    for layout in layouts:
-        for rank_ops in build_program(model, layout).ranks:
+    for program in programs:
+        for rank_ops in program.ranks:
             for op in rank_ops:
                 if isinstance(op, Compute) and op.device == "gpu":
                     ops.setdefault(compute_key(op), op)
@@ -324,8 +332,9 @@ def compute_ops_by_key(model: ModelSpec, layouts: Sequence[Layout]) -> dict[str,
 def compute_samples(model: ModelSpec, layouts: Sequence[Layout], *, steps: int = 4,
                     config: LaunchConfig | None = None) -> list[tuple[Compute, float]]:
     """(op, seconds) of the compute ops of short real runs of ``layouts`` (for :func:`fit_compute`)."""
-    ops = compute_ops_by_key(model, layouts)
-    return [(ops[key], seconds) for key, seconds, _ in insitu_samples(model, layouts, steps=steps, config=config)
+    programs = calibration_programs(model, layouts)
+    ops = compute_ops_by_key(programs)
+    return [(ops[key], seconds) for key, seconds, _ in insitu_samples(programs, steps=steps, config=config)
             if key in ops]
 
 
@@ -506,17 +515,17 @@ def calibration_layouts(world_size: int) -> list[Layout]:
 def calibrate(model: ModelSpec, *, world_size: int = 2, out: str | Path | None = None,
               name: str = "localhost-gloo") -> tuple[ClusterSpec, ComputeFit]:
     """Measure this machine and return (and optionally write) its cluster profile."""
-    layouts = calibration_layouts(world_size)
-    own = program_message_sizes(model, layouts)
+    programs = calibration_programs(model, calibration_layouts(world_size))
+    own = program_message_sizes(programs)
     by_kind = {kind: tuple(sorted(set(COLLECTIVE_SIZES_BYTES) | set(own.get(kind, ()))))
                for kind in (*MEASURED_KINDS, "send")}
     comm = measure_communication(world_size, sizes_by_kind=by_kind)
     slowdown = measure_slowdown(world_size) if world_size >= 2 else 0.0
     probe_before = measure_probe(world_size)
-    samples = insitu_samples(model, layouts)
+    samples = insitu_samples(programs)
     # The in-situ samples ran between the two probes: their mean is the host speed they were taken at.
     samples.append((PROBE_KEY, (probe_before + measure_probe(world_size)) / 2, False))
-    ops = compute_ops_by_key(model, layouts)
+    ops = compute_ops_by_key(programs)
     fit = fit_compute([(ops[k], sec) for k, sec, _ in samples if k in ops])
     comm = {**comm, "collectives": merge_insitu_collectives(comm["collectives"], samples)}
     rows = table_rows([sample for sample in samples if not sample[0].startswith(INSITU_COMM_PREFIX)])

@@ -45,6 +45,8 @@ class TPPlan:
 
     anchors: dict[int, tuple[int, int, str, str]] = field(default_factory=dict)
     """Op index -> (block, micro-batch, phase, compute kind of the anchoring op)."""
+    anchor_ops: dict[int, int] = field(default_factory=dict)
+    """Op index -> index of the anchoring compute op (owns the segments the collective's issue runs)."""
     phases: set[tuple[int, int, str]] = field(default_factory=set)
     """(block, micro-batch, phase) that have TP collectives."""
     cursor: dict[tuple[int, int, str], int] = field(default_factory=lambda: defaultdict(int))
@@ -95,8 +97,9 @@ def plan_tp_collectives(interp: RankInterpreter) -> TPPlan:
                 if c.kind in kinds and c.block_start <= block < c.block_end]
         if not near:
             raise ProgramError(f"tensor-parallel collective {op.label!r} has no {'/'.join(kinds)} op on block {block}")
-        _, _, anchor = min(near, key=lambda t: (t[0], t[1]))
+        _, anchor_index, anchor = min(near, key=lambda t: (t[0], t[1]))
         plan.anchors[index] = (block, anchor.microbatch, phase, anchor.kind)
+        plan.anchor_ops[index] = anchor_index
         plan.phases.add((block, anchor.microbatch, phase))
     return plan
 
@@ -132,6 +135,10 @@ def issue(interp: RankInterpreter, op: Collective) -> Pending:
 def _tensor_parallel(interp: RankInterpreter, op: Collective, group: Any, members: tuple[int, ...]) -> Pending:
     block, mb, phase, compute_kind = interp.tp_plan.anchors[interp.current_index]
     key = (block, mb, phase)
+    # Segments this issue runs (sequence parallelism gathers *before* the compute op) belong to the
+    # anchoring compute op, which may come later in the IR: trace them as that op.
+    interp.segment_owner[(block, mb, "bwd" if phase == "bwd" else "fwd")] = \
+        interp.tp_plan.anchor_ops[interp.current_index]
     if phase == "bwd":
         run = interp.runs.get((block, mb))
         if run is None:
@@ -173,7 +180,8 @@ def _tensor_parallel(interp: RankInterpreter, op: Collective, group: Any, member
             tensor = run.backward_comm_input(cut)
             deliver = run.set_backward_comm_result
         else:
-            blocked = run.forward()
+            with interp.deferred_segments(run, "fwd"):
+                blocked = run.forward()
             if blocked != cut:
                 raise ProgramError(f"block {block} forward is at cut {blocked}, collective expects cut {cut}")
             if kind_ in CE_PARTS:

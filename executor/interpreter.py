@@ -10,7 +10,11 @@ needed: by the next compute op, by a send, or by the gradient synchronisation; u
 at the FREE of the gathered parameters it reads (the IR places that FREE after the block's compute).
 
 Every op is timed into :class:`simgrid.trace.TraceRow` rows (compute: issue to end; communication: issue
-to observed completion; WAIT rows when the compute stream really blocked).
+to observed completion; WAIT rows when the compute stream really blocked). A segment that runs outside any
+compute op (at a send, a gradient synchronisation, a tensor-parallel collective's issue or a ZeRO-3 FREE)
+gets a row of its own on the compute stream, at the time it really ran, carrying the kind, stage and
+micro-batch of the compute op it belongs to (:meth:`RankInterpreter.deferred_segments`); segments run
+inside a compute op are in that op's row already.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +47,10 @@ from simgrid.ir.text import format_op
 from simgrid.layout.mesh import Mesh
 from simgrid.model.blocks import stage_blocks
 from simgrid.trace import TraceRow, row_for_op
+
+DEFERRED_NOTE = "deferred segment"
+"""Marks the op text of a row timing lazy segments of a compute op that ran after it (see
+:meth:`RankInterpreter.deferred_segments`)."""
 
 WAIT_ROW_MIN_S = 20e-6
 """A WAIT that blocked less than this gets no trace row (host-clock noise)."""
@@ -115,6 +125,10 @@ class RankInterpreter:
         self.live_bytes = 0
         self.alloc_sizes: dict[str, int] = {}
         self.current_index = 0
+        #: A compute op is running: lazy segments run now are inside its row.
+        self.in_compute = False
+        #: (block, micro-batch, "fwd" | "bwd") -> index of the compute op whose segments the run holds.
+        self.segment_owner: dict[tuple[int, int, str], int] = {}
         #: Test-only fault injection: (op index, "exit" | "hang").
         self.fault: tuple[int, str] | None = None
 
@@ -126,6 +140,7 @@ class RankInterpreter:
         self.result = StepResult()
         self.live_bytes = 0
         self.tp_plan.cursor.clear()
+        self.segment_owner.clear()
         self.timer.start_step()
         for index, op in enumerate(self.ops):
             self.current_index = index
@@ -152,7 +167,11 @@ class RankInterpreter:
     def _dispatch(self, op: Op, text: str) -> None:
         start = self.timer.mark()
         if isinstance(op, Compute):
-            self._compute(op)
+            self.in_compute = True
+            try:
+                self._compute(op)
+            finally:
+                self.in_compute = False
             self._row(op, start, self.timer.mark(), text)
         elif isinstance(op, (Send, Recv)):
             self._p2p(op)
@@ -179,10 +198,52 @@ class RankInterpreter:
         self.result.rows.append(TraceRow(self.rank, stream, name, kind, purpose, self.timer.seconds(start),
                                          self.timer.seconds(self.timer.mark()), nbytes))
 
+    @contextmanager
+    def deferred_segments(self, run: BlockRun, phase: str) -> Iterator[None]:
+        """Time the segments of ``run`` the body advances (``phase`` ``fwd`` or ``bwd``) outside any compute op.
+
+        The IR counts such a segment (a residual add after the forward all-reduce, a norm backward after
+        the gradient all-reduce) in the compute op that reached its cut, but the executor can only run it
+        once the collective has delivered: at the next compute op (inside that op's row), a send, a
+        gradient synchronisation or a ZeRO-3 FREE. Under sequence parallelism the issue of a gather the IR
+        places *before* its compute op runs that op's first segments too. All but the first get a row of
+        their own at the time they ran, with the kind, stage and micro-batch of the owning compute op
+        (:attr:`segment_owner`), so per-kind compute time is whole and no time is counted twice (the rows
+        of one rank's compute stream never overlap).
+        """
+        if self.in_compute:
+            yield
+            return
+        before = _progress(run, phase)
+        start = self.timer.mark()
+        yield
+        if _progress(run, phase) != before:
+            self._deferred_row(run, phase, start, self.timer.mark())
+
+    def _deferred_row(self, run: BlockRun, phase: str, start: Any, end: Any) -> None:
+        block, mb = run.module.index, run.microbatch
+        where = f"run at #{self.current_index} {self.texts[self.current_index]}"
+        owner = self.segment_owner.get((block, mb, phase))
+        if owner is None:  # no compute op reached the cut yet: named by the block, kind from the phase
+            kind = "F" if phase == "fwd" else run.bwd_mode or "B"
+            self.result.rows.append(TraceRow(
+                self.rank, "compute", f"{kind} b{block} m{mb}  # {DEFERRED_NOTE}, {where}", kind, "compute",
+                self.timer.seconds(start), self.timer.seconds(end), 0, 0.0, self.stage_of.get(block, -1), mb))
+            return
+        # No FLOPs: the op's own row carries all of them (metrics sum row FLOPs; counting them twice
+        # would inflate the hardware FLOP rate).
+        row = row_for_op(self.rank, self.ops[owner], self.timer.seconds(start), self.timer.seconds(end),
+                         text=f"{self.texts[owner]}  # {DEFERRED_NOTE}, {where}")
+        self.result.rows.append(row._replace(flops=0.0))
+
     # -- compute ------------------------------------------------------------------------------------
     def _compute(self, op: Compute) -> None:
         blocks = list(range(op.block_start, op.block_end))
         mb = op.microbatch
+        phase = {"F": "fwd", "R": "fwd", "B": "bwd", "I": "bwd"}.get(op.kind)
+        if phase is not None:
+            for b in blocks:
+                self.segment_owner[(b, mb, phase)] = self.current_index
         if op.kind == "F":
             for i, b in enumerate(blocks):
                 blocked = self.forward_run(b, mb).forward()
@@ -231,7 +292,8 @@ class RankInterpreter:
 
     def finish_forward(self, run: BlockRun) -> BlockRun:
         """Run any forward segments still pending (after a delivered collective); error if blocked."""
-        cut = run.forward()
+        with self.deferred_segments(run, "fwd"):
+            cut = run.forward()
         if cut is not None:
             raise ProgramError(f"block {run.module.index} micro-batch {run.microbatch}: its output is needed but "
                                f"the forward collective of cut {cut} has not been waited")
@@ -245,11 +307,13 @@ class RankInterpreter:
         self.finish_forward(run)
         if run.output_grads[-1] is None:
             run.set_output_grad(self._output_grad(block, mb, mode))
-        return run.backward(mode)
+        with self.deferred_segments(run, "bwd"):
+            return run.backward(mode)
 
     def finish_backward(self, run: BlockRun) -> BlockRun:
         """Run any backward segments still pending; error if a gradient collective is outstanding."""
-        cut = run.backward(run.bwd_mode or "B")
+        with self.deferred_segments(run, "bwd"):
+            cut = run.backward(run.bwd_mode or "B")
         if cut is not None:
             raise ProgramError(f"block {run.module.index} micro-batch {run.microbatch}: its input gradient is "
                                f"needed but the backward collective of cut {cut} has not been waited")
@@ -288,14 +352,19 @@ class RankInterpreter:
         unit's last compute op and its tensor-parallel WAITs, so the segments left after a cut (residual
         add and bias after the row-parallel all-reduce; the norm backward after the gradient all-reduce)
         belong to compute that is over in the IR and must read the gathered parameters before they go.
+        Their time is traced as the compute op they finish (:meth:`deferred_segments`).
         """
         for (b, _), run in self.runs.items():
             if b not in blocks:
                 continue
-            if 0 < run.fwd_done < run.module.num_segments and run.forward() is None:
-                self.finish_forward(run)  # records the loss of a head block
+            if 0 < run.fwd_done < run.module.num_segments:
+                with self.deferred_segments(run, "fwd"):
+                    blocked = run.forward()
+                if blocked is None:
+                    self.finish_forward(run)  # records the loss of a head block
             if run.output_grads[-1] is not None and not run.backward_complete:
-                run.backward(run.bwd_mode or "B")
+                with self.deferred_segments(run, "bwd"):
+                    run.backward(run.bwd_mode or "B")
 
     # -- point to point -----------------------------------------------------------------------------
     def _p2p(self, op: Send | Recv) -> None:
@@ -350,6 +419,11 @@ class RankInterpreter:
                 run = self.runs.get((b, mb))
                 if run is not None and run.backward_complete and not run.pending_w:
                     run.outputs = [o.detach() if o is not None else None for o in run.outputs]
+
+
+def _progress(run: BlockRun, phase: str) -> int:
+    """How far ``run`` has got in ``phase`` (changes exactly when a segment runs)."""
+    return run.fwd_done if phase == "fwd" else run.bwd_next
 
 
 def _inject(action: str) -> None:

@@ -10,7 +10,7 @@ pytest.importorskip("torch")
 
 from executor.calibrate import build_profile, fit_compute
 from simgrid.hardware import load_cluster
-from simgrid.ir.ops import Compute
+from simgrid.ir.ops import Collective, Compute
 
 
 def _op(flops: float, hbm: float, kernels: int) -> Compute:
@@ -56,13 +56,14 @@ def test_program_message_sizes_are_the_models_own_messages() -> None:
     """The sizes measured besides the grid are those the programs issue: tiny-gpt's TP activation
     all-reduce is one micro-batch's hidden states, b * s * h * 4 bytes = 1 * 32 * 64 * 4, and its PP
     send is the same tensor."""
-    from executor.calibrate import program_message_sizes
+    from executor.calibrate import calibration_programs, program_message_sizes
     from simgrid.layout.spec import Layout
     from simgrid.model.presets import get_model
 
     model = get_model("tiny-gpt")
-    sizes = program_message_sizes(model, [Layout(tp=2, global_batch_size=1, precision="fp32"),
-                                          Layout(pp=2, schedule="gpipe", global_batch_size=2, precision="fp32")])
+    sizes = program_message_sizes(calibration_programs(model, [
+        Layout(tp=2, global_batch_size=1, precision="fp32"),
+        Layout(pp=2, schedule="gpipe", global_batch_size=2, precision="fp32")]))
     assert 1 * 32 * 64 * 4 in sizes["all_reduce"]
     assert sizes["send"] == (1 * 32 * 64 * 4,)
 
@@ -105,8 +106,71 @@ def test_insitu_run_times_tensor_parallel_all_reduces_as_synchronous_collectives
     from executor.calibrate import insitu_collective_key, insitu_samples
     from simgrid.layout.spec import Layout
     from simgrid.model.presets import get_model
+    from simgrid.schedules import build_program
 
-    samples = insitu_samples(get_model("tiny-gpt"), [Layout(tp=2, global_batch_size=1, precision="fp32")], steps=2)
+    program = build_program(get_model("tiny-gpt"), Layout(tp=2, global_batch_size=1, precision="fp32"))
+    samples = insitu_samples([program], steps=2)
     tp_times = [sec for key, sec, _ in samples if key == insitu_collective_key("all_reduce", 1 * 32 * 64 * 4)]
     assert tp_times and all(sec > 0 for sec in tp_times)
     assert any(key.startswith("F:") for key, _, _ in samples)
+
+
+def test_calibrate_builds_each_calibration_program_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """calibrate() builds the Program of each calibration layout exactly once and hands the same programs to
+    the message sizes, the in-situ runs and the op table. Measurements are stubbed (no processes): each
+    compute op "takes" 1 ms per MFLOP + 1 ms per MB + 10 us per kernel, so the fit must recover 1 GFLOP/s,
+    1 GB/s and 10 us, the table holds one row per compute op signature of the layouts' programs (built
+    independently here) plus the host-speed probe, and the communication grid includes the programs' sizes."""
+    import executor.calibrate as cal
+    from executor.costmodel import compute_key
+    from simgrid.ir.jsonio import program_from_json
+    from simgrid.model.presets import get_model
+    from simgrid.schedules import build_program
+
+    model = get_model("tiny-gpt")
+    built: list[object] = []
+
+    def counting_build(model_: object, layout: object) -> object:
+        built.append(layout)
+        return build_program(model_, layout)  # type: ignore[arg-type]
+
+    def op_seconds(op: Compute) -> float:
+        return op.flops / 1e9 + op.hbm_bytes / 1e9 + op.kernels * 10e-6
+
+    def fake_spawn(worker: object, payload: list[tuple[str, int]], config: object) -> list[object]:
+        assert worker is cal._insitu_worker
+        programs = [program_from_json(text) for text, _ in payload]
+        return [[(compute_key(op), op_seconds(op), False) for program in programs for op in program.ranks[rank]
+                 if isinstance(op, Compute) and op.device == "gpu"] for rank in range(len(programs[0].ranks))]
+
+    asked: dict[str, tuple[int, ...]] = {}
+
+    def fake_comm(world_size: int, *, sizes_by_kind: dict[str, tuple[int, ...]], **_: object) -> dict[str, object]:
+        asked.update(sizes_by_kind)
+        return {"collectives": [(k, b, 1e-4 + b * 1e-9) for k, sizes in sizes_by_kind.items() if k != "send"
+                                for b in sizes],
+                "p2p": [(b, 5e-5 + b * 1e-9) for b in sizes_by_kind["send"]], "memory_Bps": 5e9}
+
+    monkeypatch.setattr(cal, "build_program", counting_build)
+    monkeypatch.setattr(cal, "spawn_world", fake_spawn)
+    monkeypatch.setattr(cal, "measure_communication", fake_comm)
+    monkeypatch.setattr(cal, "measure_slowdown", lambda world_size: 0.1)
+    monkeypatch.setattr(cal, "measure_probe", lambda world_size: 0.02)
+
+    spec, fit = cal.calibrate(model, world_size=2)
+
+    layouts = cal.calibration_layouts(2)
+    assert built == layouts  # once each, in order
+    programs = [build_program(model, layout) for layout in layouts]
+    keys = {compute_key(op) for p in programs for ops in p.ranks for op in ops
+            if isinstance(op, Compute) and op.device == "gpu"}
+    measured = spec.measured
+    assert measured is not None
+    assert {row.key for row in measured.compute} == keys | {cal.PROBE_KEY}
+    assert fit.peak_flops == pytest.approx(1e9, rel=1e-6)
+    assert fit.bandwidth_Bps == pytest.approx(1e9, rel=1e-6)
+    assert fit.overhead_s == pytest.approx(10e-6, rel=1e-6)
+    all_reduce_sizes = {max(1, op.bytes // max(1, op.count)) for p in programs for ops in p.ranks for op in ops
+                        if isinstance(op, Collective) and op.kind == "all_reduce"}
+    assert all_reduce_sizes and all_reduce_sizes <= set(asked["all_reduce"])
+    assert set(cal.COLLECTIVE_SIZES_BYTES) <= set(asked["all_reduce"])

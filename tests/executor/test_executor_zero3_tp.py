@@ -6,10 +6,14 @@ all-reduce) when its result is first needed. ZeRO-3 frees a block's gathered par
 IR places after the block's compute, so those segments must run at that FREE, before the release. The
 4-rank layouts run one after another in one spawned world (module-scoped fixture), as in
 ``test_executor_numerics.py``; SGD keeps per-tensor comparisons meaningful (see that module's docstring).
+The time of those late segments is traced as the compute op they finish, never twice.
 """
 
 from __future__ import annotations
 
+import itertools
+import re
+import time
 import types
 
 import pytest
@@ -21,13 +25,18 @@ from executor import runner  # noqa: E402
 from executor.blockrun import BlockRun  # noqa: E402
 from executor.collectives import release_zero3  # noqa: E402
 from executor.grads import GradBook  # noqa: E402
-from executor.interpreter import RankInterpreter, StepResult  # noqa: E402
+from executor.interpreter import DEFERRED_NOTE, RankInterpreter, StepResult  # noqa: E402
 from executor.launch import LaunchConfig  # noqa: E402
 from executor.model import build_blocks, init_weights  # noqa: E402
 from executor.optim import optimizer_for  # noqa: E402
 from executor.reference import reference_training  # noqa: E402
 from executor.runner import Job, RunResult, run_programs  # noqa: E402
+from executor.timing import HostTimer  # noqa: E402
 from executor.tp import TPContext  # noqa: E402
+from executor.validate import per_kind_seconds  # noqa: E402
+from simgrid.ir.ops import Collective, Compute, Free  # noqa: E402
+from simgrid.ir.program import Program  # noqa: E402
+from simgrid.ir.text import format_op  # noqa: E402
 from simgrid.layout.spec import Layout  # noqa: E402
 from simgrid.model.presets import get_model  # noqa: E402
 from simgrid.schedules import build_program  # noqa: E402
@@ -47,8 +56,13 @@ ZERO3_TP: dict[str, Layout] = {
 
 
 @pytest.fixture(scope="module")
-def zero3_tp_results() -> dict[str, RunResult]:
-    jobs = [Job(program=build_program(TINY, layout), steps=STEPS) for layout in ZERO3_TP.values()]
+def zero3_tp_programs() -> dict[str, Program]:
+    return {name: build_program(TINY, layout) for name, layout in ZERO3_TP.items()}
+
+
+@pytest.fixture(scope="module")
+def zero3_tp_results(zero3_tp_programs: dict[str, Program]) -> dict[str, RunResult]:
+    jobs = [Job(program=zero3_tp_programs[name], steps=STEPS) for name in ZERO3_TP]
     results = run_programs(jobs, config=LaunchConfig(world_size=4, run_timeout_s=240, comm_timeout_s=120))
     return dict(zip(ZERO3_TP, results, strict=True))
 
@@ -96,6 +110,82 @@ def test_zero3_with_tensor_parallelism_is_no_longer_refused_before_launch(monkey
     assert launched == [4]
 
 
+# -- the trace: late segments timed as the compute op they finish, nothing counted twice -------------------
+def _deferred_rows(result: RunResult, rank: int) -> list[tuple[str, str, object]]:
+    """(owner op text, where it ran, row) of the rank's deferred-segment rows."""
+    out = []
+    for row in result.trace.rows:
+        if row.rank == rank and DEFERRED_NOTE in row.op:
+            owner, where = row.op.split(f"  # {DEFERRED_NOTE}, run at #", 1)
+            out.append((owner, where.split(" ", 1)[1], row))
+    return out
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_segments_run_at_the_zero3_free_are_traced_as_the_compute_op_they_finish(
+        zero3_tp_programs: dict[str, Program], zero3_tp_results: dict[str, RunResult]) -> None:
+    """TP2 x DP2 ZeRO-3: every block with a forward TP collective (per the IR) gets exactly one row at its
+    forward FREE, and every block with a backward TP collective one at its backward FREE, on every rank and
+    micro-batch; each row carries the kind, stage, micro-batch and text of the F or B op covering that
+    block and micro-batch, runs on the compute stream, takes time, and carries no FLOPs."""
+    name = "tp2xdp2-zero3"
+    program, result = zero3_tp_programs[name], zero3_tp_results[name]
+    for rank, ops in enumerate(program.ranks):
+        rows = _deferred_rows(result, rank)
+        computes = [op for op in ops if isinstance(op, Compute)]
+        for phase, kind in (("fwd", "F"), ("bwd", "B")):
+            blocks = sorted({int(m.group(1)) for op in ops if isinstance(op, Collective) and op.purpose == "tp"
+                             for m in [re.fullmatch(rf"b(\d+):{phase}", op.label)] if m})
+            assert blocks, (rank, phase)
+            for op in (c for c in computes if c.kind == kind):
+                for block in range(op.block_start, op.block_end):
+                    if block not in blocks:
+                        continue
+                    free = format_op(Free(name=f"zero3-param:m{op.microbatch}:{kind}:b{block}"))
+                    found = [row for owner, where, row in rows if where == free]
+                    assert len(found) == 1, (rank, free, len(found))
+                    row = found[0]
+                    assert row.op.startswith(format_op(op) + "  #"), (rank, row.op)
+                    assert (row.kind, row.stage, row.microbatch) == (kind, op.stage, op.microbatch)
+                    assert (row.stream, row.purpose, row.flops) == ("compute", "compute", 0.0)
+                    assert row.end_s > row.start_s
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", list(ZERO3_TP))
+def test_measured_compute_rows_never_overlap_and_flops_are_counted_once(
+        name: str, zero3_tp_programs: dict[str, Program], zero3_tp_results: dict[str, RunResult]) -> None:
+    """Per rank: the compute stream's rows (ops and deferred segments) are disjoint in time, so their sum is
+    at most the rank's step time; every deferred row names a compute op of the rank's program with the same
+    kind, stage and micro-batch; the FLOPs on the rows add up to the program's compute FLOPs exactly once;
+    and the per-kind totals the validation compares include the deferred time."""
+    program, result = zero3_tp_programs[name], zero3_tp_results[name]
+    texts_by_rank = [{format_op(op): op for op in ops if isinstance(op, Compute)} for ops in program.ranks]
+    deferred_s = 0.0
+    for rank, ops in enumerate(program.ranks):
+        rows = [r for r in result.trace.rows if r.rank == rank]
+        compute = sorted((r for r in rows if r.stream == "compute"), key=lambda r: r.start_s)
+        for before, after in itertools.pairwise(compute):
+            assert after.start_s >= before.end_s, (name, rank, before.op, after.op)
+        step_s = max(r.end_s for r in rows)
+        assert sum(r.end_s - r.start_s for r in compute) <= step_s
+        deferred = _deferred_rows(result, rank)
+        assert deferred, (name, rank)
+        for owner, _, row in deferred:
+            op = texts_by_rank[rank][owner]
+            assert (row.kind, row.stage, row.microbatch) == (op.kind, op.stage, op.microbatch)
+            deferred_s += row.end_s - row.start_s
+        assert sum(r.flops for r in rows) == pytest.approx(sum(op.flops for op in ops if isinstance(op, Compute)))
+    without = per_kind_seconds(type(result.trace)([r for r in result.trace.rows if DEFERRED_NOTE not in r.op]))
+    with_deferred = per_kind_seconds(result.trace)
+    gained = sum(with_deferred.get(k, 0.0) - without.get(k, 0.0) for k in ("F", "B", "R", "I"))
+    assert gained == pytest.approx(deferred_s / len(program.ranks), rel=1e-9)
+
+
 # -- the FREE handler, in one process -------------------------------------------------------------------
 def _sharded_attention_block() -> tuple[types.SimpleNamespace, dict[str, torch.Tensor]]:
     """Attention block 1 as tensor-parallel rank 0 of 2 holds it, ZeRO-3 sharded over dp = 2, inside a
@@ -105,10 +195,16 @@ def _sharded_attention_block() -> tuple[types.SimpleNamespace, dict[str, torch.T
     full = {name: p.detach().clone() for name, p in modules[1].named_parameters()}
     book = GradBook(modules, dp_size=2, dp_index=0, optimizer=optimizer_for("sgd"))
     book.shard_zero3()
+    # Op #0 is the F op that reached the cut, #1 the B op, #2 the FREE being handled.
+    ops = (Compute(kind="F", stage=0, microbatch=0, chunk=0, block_start=1, block_end=2, flops=1e6, hbm_bytes=1e5),
+           Compute(kind="B", stage=0, microbatch=0, chunk=0, block_start=1, block_end=2, flops=2e6, hbm_bytes=2e5),
+           Free(name="zero3-param:m0:F:b1"))
     interp = types.SimpleNamespace(book=book, modules=modules, zero3_live={}, runs={}, head=-1,
-                                   result=StepResult())
-    interp.finish_forward = types.MethodType(RankInterpreter.finish_forward, interp)
-    interp.finish_ready_segments = types.MethodType(RankInterpreter.finish_ready_segments, interp)
+                                   result=StepResult(), rank=0, ops=ops, texts=[format_op(op) for op in ops],
+                                   current_index=2, in_compute=False, stage_of={1: 0},
+                                   segment_owner={(1, 0, "fwd"): 0, (1, 0, "bwd"): 1}, timer=HostTimer())
+    for method in ("finish_forward", "finish_ready_segments", "deferred_segments", "_deferred_row"):
+        setattr(interp, method, types.MethodType(getattr(RankInterpreter, method), interp))
     return interp, full
 
 
@@ -142,7 +238,8 @@ def test_zero3_free_runs_the_segment_after_the_forward_all_reduce_then_releases(
 
 def test_zero3_free_runs_the_norm_backward_after_the_gradient_all_reduce_then_releases() -> None:
     """The norm backward (after the all-reduce of the column-parallel input gradient) runs at the FREE with
-    the gathered norm weight: its gradient is sum(grad * normalised input), and the weights are released."""
+    the gathered norm weight: its gradient is sum(grad * normalised input), the weights are released, and
+    its time is one row of the B op."""
     interp, full = _sharded_attention_block()
     module = interp.modules[1]
     _gather(interp, full)
@@ -169,3 +266,42 @@ def test_zero3_free_runs_the_norm_backward_after_the_gradient_all_reduce_then_re
     torch.testing.assert_close(grad, expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(module.norm_bias.grad, summed.sum(dim=(0, 1)), rtol=1e-5, atol=1e-5)
     assert all(p.numel() == 0 for p in module.parameters())
+    # Only the norm backward ran at a FREE (the forward had finished before the first one): one B row.
+    assert [(r.kind, r.op.split("  #")[0]) for r in interp.result.rows] == [("B", interp.texts[1])]
+
+
+def test_zero3_free_times_the_late_segment_into_a_row_of_the_compute_op_it_finishes() -> None:
+    """A late segment made to take 30 ms lands in one row of at least 30 ms at the FREE, with the F op's
+    kind, stage, micro-batch and text (no FLOPs: the op's own row has them); inside a compute op (whose
+    row already covers it) the same work adds no row."""
+    for in_compute in (False, True):
+        interp, full = _sharded_attention_block()
+        interp.in_compute = in_compute
+        module = interp.modules[1]
+        _gather(interp, full)
+        original = module.segment
+
+        def slow_residual(j: int, run: BlockRun, original: object = original) -> torch.Tensor:
+            if j == 2:
+                time.sleep(0.03)
+            return original(j, run)  # type: ignore[operator]
+
+        module.segment = slow_residual
+        x = torch.randn(TINY.seq_length, 1, TINY.hidden_size, generator=torch.Generator().manual_seed(5))
+        run = BlockRun(module, 0, x)
+        interp.runs[(1, 0)] = run
+        assert run.forward() == 1
+        run.set_forward_comm_result(1, run.forward_comm_input(1))
+
+        release_zero3(interp, 1)
+
+        assert run.forward_complete
+        rows = interp.result.rows
+        if in_compute:
+            assert rows == []
+            continue
+        assert len(rows) == 1
+        row = rows[0]
+        assert row.end_s - row.start_s >= 0.03
+        assert (row.kind, row.stage, row.microbatch, row.stream, row.flops) == ("F", 0, 0, "compute", 0.0)
+        assert row.op == f"{interp.texts[0]}  # {DEFERRED_NOTE}, run at #2 {interp.texts[2]}"
