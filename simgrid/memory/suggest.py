@@ -2,8 +2,10 @@
 
 The search varies the knobs that trade memory for GPUs or speed, one family at a time: ZeRO stage 0-3,
 data-parallel degree, tensor parallelism (<= 8, within one node, with sequence parallelism), pipeline
-parallelism (1F1B), activation recompute, FlashAttention, optimizer offload and 8-bit Adam, up to
-``max_gpus`` GPUs.
+parallelism (1F1B), context parallelism (up to :data:`MAX_SUGGESTED_CP`, with the user's tp and pp, and
+only when activations are the largest part: it splits every activation of a long sequence), activation
+recompute, FlashAttention, optimizer offload and
+8-bit Adam, up to ``max_gpus`` GPUs.
 For each combination of changed knobs it keeps the fitting variant with the fewest GPUs, then ranks the
 recipes: those within the user's own GPU count first, fewest changed settings first (someone with 8 GPUs
 who only needs FlashAttention and recompute hears that before being offered one GPU and CPU offload);
@@ -23,6 +25,8 @@ from simgrid.model.spec import ModelSpec
 
 #: Largest tensor-parallel degree suggested: TP traffic needs the intra-node fabric (8 GPUs per node).
 MAX_SUGGESTED_TP = 8
+#: Largest context-parallel degree suggested (Llama 3 trained 128K-token sequences with cp 16).
+MAX_SUGGESTED_CP = 16
 
 
 class LayoutSuggestion(NamedTuple):
@@ -45,7 +49,12 @@ def suggest_layouts(model: ModelSpec, layout: Layout, gpu: GPULike, max_gpus: in
     # Per kind of change (which knobs moved, not by how much) keep the variant with the fewest GPUs, so
     # the answer offers distinct recipes (e.g. offload on 2 GPUs, ZeRO-3 on 8) rather than near-copies.
     best: dict[frozenset[str], tuple[int, int, int, LayoutSuggestion]] = {}
-    for candidate in _candidates(model, layout, max_gpus):
+    try:
+        breakdown = estimate_memory(model, layout).breakdown
+        long_sequence = max(breakdown, key=lambda k: breakdown[k]) == "activations"
+    except SimgridError:
+        long_sequence = False
+    for candidate in _candidates(model, layout, max_gpus, vary_cp=long_sequence):
         try:
             estimate = estimate_memory(model, candidate)
         except SimgridError:
@@ -73,7 +82,7 @@ def _powers_of_two(limit: int) -> list[int]:
     return [2**k for k in range(limit.bit_length()) if 2**k <= limit]
 
 
-def _candidates(model: ModelSpec, base: Layout, max_gpus: int) -> list[Layout]:
+def _candidates(model: ModelSpec, base: Layout, max_gpus: int, *, vary_cp: bool) -> list[Layout]:
     tps = sorted({base.tp, *(t for t in _powers_of_two(MAX_SUGGESTED_TP) if model.num_heads % t == 0)})
     pps = sorted({base.pp, *(p for p in _powers_of_two(max_gpus) if model.num_layers % p == 0)})
     dps = sorted({base.dp, *_powers_of_two(max_gpus)})
@@ -83,11 +92,15 @@ def _candidates(model: ModelSpec, base: Layout, max_gpus: int) -> list[Layout]:
     optimizers: list[OptimizerName] = [base.optimizer]
     if base.optimizer == "adam":
         optimizers.append("adam-8bit")
+    cps = sorted({base.cp, *(c for c in _powers_of_two(MAX_SUGGESTED_CP) if model.seq_length % (2 * c) == 0)
+                  } if vary_cp else {base.cp})
     out: list[Layout] = []
-    for tp, pp, dp, zero, recompute, flash, offload, optimizer in itertools.product(
-        tps, pps, dps, range(4), recomputes, flashes, offloads, optimizers
+    for tp, pp, cp, dp, zero, recompute, flash, offload, optimizer in itertools.product(
+        tps, pps, cps, dps, range(4), recomputes, flashes, offloads, optimizers
     ):
-        if tp * pp * dp * base.cp > max_gpus or (zero >= 2 and pp > 1) or (dp * base.cp == 1 and zero != base.zero):
+        if cp != base.cp and (tp != base.tp or pp != base.pp):
+            continue  # context parallelism is offered on the user's own tp and pp (keeps the search small)
+        if tp * pp * cp * dp > max_gpus or (zero >= 2 and pp > 1) or (dp * cp == 1 and zero != base.zero):
             continue  # one data-parallel rank has nothing to shard: a changed ZeRO stage there is no recipe
         if offload and optimizer != base.optimizer:
             continue  # an offloaded optimizer's kind does not change GPU memory
@@ -98,7 +111,7 @@ def _candidates(model: ModelSpec, base: Layout, max_gpus: int) -> list[Layout]:
         gbs += (-gbs) % step
         try:
             candidate = dataclasses.replace(
-                base, tp=tp, pp=pp, dp=dp, zero=zero, recompute=recompute, flash_attention=flash,
+                base, tp=tp, pp=pp, cp=cp, dp=dp, zero=zero, recompute=recompute, flash_attention=flash,
                 offload_optimizer=offload,
                 optimizer=optimizer, global_batch_size=gbs,
                 sequence_parallel=base.sequence_parallel if tp == base.tp else tp > 1,
@@ -115,7 +128,7 @@ def _candidates(model: ModelSpec, base: Layout, max_gpus: int) -> list[Layout]:
 
 def _changes(base: Layout, new: Layout) -> list[str]:
     changes = []
-    for field, label in (("dp", "dp"), ("tp", "tp"), ("pp", "pp")):
+    for field, label in (("dp", "dp"), ("tp", "tp"), ("pp", "pp"), ("cp", "cp")):
         if getattr(new, field) != getattr(base, field):
             changes.append(f"{label}={getattr(new, field)}")
     if new.sequence_parallel != base.sequence_parallel:

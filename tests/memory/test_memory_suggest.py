@@ -44,8 +44,27 @@ def test_without_a_budget_to_spare_the_fewest_gpus_come_first() -> None:
 
 
 def test_one_data_parallel_rank_is_never_offered_a_different_zero_stage() -> None:
-    """ZeRO shards over data-parallel ranks; with dp = 1 a changed stage would be a duplicate recipe."""
+    """ZeRO shards over the data- and context-parallel ranks; with dp = cp = 1 a changed stage would be a
+    duplicate recipe."""
     base = Layout(dp=8, zero=1, global_batch_size=8)
     model = LLAMA2_7B.with_seq_length(16384)
     advice = suggest_layouts(model, base, A100_80GB, max_gpus=64, limit=50)
-    assert all(s.layout.zero == base.zero for s in advice if s.layout.dp == 1)
+    assert all(s.layout.zero == base.zero for s in advice if s.layout.dp * s.layout.cp == 1)
+
+
+def test_long_sequences_are_offered_context_parallelism_on_the_same_gpus() -> None:
+    """llama3-8b at 128K tokens with flash attention and full recompute on 8 H100s (80 GiB): activations
+    dominate, and the first advice keeps the 8 GPUs by trading data for context parallelism (cp 8)."""
+    model = get_model("llama3-8b").with_seq_length(131072)
+    base = Layout(dp=8, zero=1, global_batch_size=8, flash_attention=True, recompute="full")
+    advice = suggest_layouts(model, base, A100_80GB, max_gpus=64, limit=10)
+    assert advice[0].layout.cp == 8 and advice[0].layout.world_size == 8
+    assert advice[0].description == "8 GPUs: dp=1, cp=8"
+    assert all(estimate_memory(model, s.layout, A100_80GB).fits for s in advice)
+
+
+def test_context_parallelism_is_not_offered_when_model_states_dominate() -> None:
+    """A 70B model at 4K tokens is too big because of its states, not its activations: no cp recipe."""
+    base = Layout(dp=8, global_batch_size=8, recompute="full")
+    advice = suggest_layouts(get_model("llama2-70b"), base, A100_80GB, max_gpus=64, limit=20)
+    assert advice and all(s.layout.cp == 1 for s in advice)
