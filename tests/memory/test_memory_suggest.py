@@ -53,7 +53,7 @@ def test_one_data_parallel_rank_is_never_offered_a_different_zero_stage() -> Non
 
 
 def test_long_sequences_are_offered_context_parallelism_on_the_same_gpus() -> None:
-    """llama3-8b at 128K tokens with flash attention and full recompute on 8 H100s (80 GiB): activations
+    """llama3-8b at 128K tokens with flash attention and full recompute on 8 GPUs of 80 GiB: activations
     dominate, and the first advice keeps the 8 GPUs by trading data for context parallelism (cp 8)."""
     model = get_model("llama3-8b").with_seq_length(131072)
     base = Layout(dp=8, zero=1, global_batch_size=8, flash_attention=True, recompute="full")
