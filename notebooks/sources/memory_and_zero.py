@@ -144,14 +144,15 @@ display(Markdown(
 # FlashAttention removes the `s x s` terms, but every other activation still grows with the sequence.
 # Context parallelism (`Layout.cp`, Llama 3's all-gather variant) gives each GPU `s / cp` tokens of every
 # sequence and all-gathers the other GPUs' keys and values before attention. Llama 3 8B at 64K tokens on
-# 8 H100s, with FlashAttention, full recompute and ZeRO-1, one sequence per replica per step: memory
-# per GPU and the simulated step as data parallelism is traded for context parallelism.
+# 8 H100s, with FlashAttention, full recompute and ZeRO-1, 8 sequences per step (accumulated over
+# micro-batches where there are fewer than 8 replicas): memory per GPU and the simulated step as data
+# parallelism is traded for context parallelism.
 
 # %%
 long_model = get_model("llama3-8b").with_seq_length(65536)
 cp_rows = {}
 for cp in (1, 2, 4, 8):
-    layout = Layout(dp=8 // cp, cp=cp, zero=1, global_batch_size=8 // cp, flash_attention=True, recompute="full")
+    layout = Layout(dp=8 // cp, cp=cp, zero=1, global_batch_size=8, flash_attention=True, recompute="full")
     run = simulate(long_model, "dgx-h100-ndr", layout)
     est = estimate_memory(long_model, layout, GPUS["h100-sxm"])
     cp_rows[f"dp {8 // cp}, cp {cp}"] = {
@@ -169,7 +170,7 @@ first = fitting.index[0]
 display(Markdown(
     f"Without context parallelism a GPU needs {cp_table['total GiB'].iloc[0]:.1f} GiB; the first layout that "
     f"fits is **{first}** ({fitting.loc[first, 'total GiB']:.1f} GiB). Each doubling of cp halves the "
-    f"activations and costs some throughput (exposed K/V gathers, smaller matrix multiplies): "
+    f"activations and costs a little throughput, mostly in the exposed K/V gathers: "
     f"{fitting.loc[first, 'tokens/s']:,.0f} tokens/s at {first} against "
     f"{cp_table['tokens/s'].iloc[-1]:,.0f} at {cp_table.index[-1]}."
 ))
