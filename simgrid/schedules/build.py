@@ -28,6 +28,7 @@ from __future__ import annotations
 from simgrid.gcpause import collector_paused
 from simgrid.ir.ops import Op
 from simgrid.ir.program import LazyRanks, Program
+from simgrid.layout.mesh import Mesh, RankCoord
 from simgrid.layout.spec import Layout, check_layout
 from simgrid.model.spec import ModelSpec
 from simgrid.schedules.lower.activations import add_activation_memory
@@ -78,26 +79,28 @@ def mesh_groups(layout: Layout) -> dict[str, tuple[int, ...]]:
     tp, cp, dp, pp = layout.tp, layout.cp, layout.dp, layout.pp
     world = tp * cp * dp * pp
     out: dict[str, tuple[int, ...]] = {"world": tuple(range(world))}
+    cps: list[int | None] = list(range(cp)) if cp > 1 else [None]  # RankCoord.cp is None without CP
 
-    def part(c: int) -> str:
-        return f"-cp{c}" if cp > 1 else ""
+    def at(p: int, d: int, t: int, c: int | None) -> RankCoord:
+        return RankCoord(pp=p, dp=d, tp=t, cp=c)
 
     # rank = t + tp * (c + cp * (d + dp * p))  (Mesh's order: tp fastest, then cp, then dp, then pp)
     for p in range(pp):
         for d in range(dp):
-            for c in range(cp):
-                base = tp * (c + cp * (d + dp * p))
-                out[f"tp/pp{p}-dp{d}{part(c)}"] = tuple(range(base, base + tp))
+            for c in cps:
+                base = tp * ((c or 0) + cp * (d + dp * p))
+                out[Mesh.tp_group_name(at(p, d, 0, c))] = tuple(range(base, base + tp))
             if cp > 1:
                 for t in range(tp):
                     first = t + tp * cp * (d + dp * p)
-                    out[f"cp/pp{p}-dp{d}-tp{t}"] = tuple(range(first, first + tp * cp, tp))
+                    out[Mesh.cp_group_name(at(p, d, t, 0))] = tuple(range(first, first + tp * cp, tp))
         for t in range(tp):  # the data-parallel group spans dp and cp
-            out[f"dp/pp{p}-tp{t}"] = tuple(range(t + tp * cp * dp * p, t + tp * cp * dp * (p + 1), tp))
+            out[Mesh.dp_group_name(at(p, 0, t, cps[0]))] = tuple(
+                range(t + tp * cp * dp * p, t + tp * cp * dp * (p + 1), tp))
     for d in range(dp):
-        for c in range(cp):
+        for c in cps:
             for t in range(tp):
-                out[f"pp/dp{d}-tp{t}{part(c)}"] = tuple(range(t + tp * (c + cp * d), world, tp * cp * dp))
+                out[Mesh.pp_group_name(at(0, d, t, c))] = tuple(range(t + tp * ((c or 0) + cp * d), world, tp * cp * dp))
     return dict(sorted(out.items()))
 
 
