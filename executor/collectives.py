@@ -8,6 +8,9 @@ nearest compute op on the same block and phase. Sequence parallelism's backward 
 all-gathers the real norm-output shard; the executor keeps the gathered copy in the autograd graph, so
 the regathered tensor is not used (the trace row notes it).
 
+Context parallel (purpose ``cp``, same labels): the K/V all-gather, re-gather and dK/dV reduce-scatter of
+an attention block map onto its K/V cut the same way (:mod:`executor.cp`).
+
 Gradient synchronisation (``dp-grad``, ``zero-grad``, ``ps-reduce``, ``embed-grad``), parameter gathers
 (``zero-param``, ``ps-broadcast``) and the optimizer step act on :class:`executor.grads.GradBook`.
 """
@@ -24,6 +27,7 @@ import torch.distributed as dist
 from torch import nn
 
 from executor.comm import Pending, all_gather_dim0, all_reduce, flatten, group_rank, reduce_scatter_dim0
+from executor.cp import CP_KV, issue_kv_collective
 from executor.grads import block_parameters
 from executor.tp import VOCAB_CE
 from simgrid.errors import ProgramError
@@ -48,25 +52,31 @@ class TPPlan:
     anchor_ops: dict[int, int] = field(default_factory=dict)
     """Op index -> index of the anchoring compute op (owns the segments the collective's issue runs)."""
     phases: set[tuple[int, int, str]] = field(default_factory=set)
-    """(block, micro-batch, phase) that have TP collectives."""
-    cursor: dict[tuple[int, int, str], int] = field(default_factory=lambda: defaultdict(int))
-    """Actions consumed so far per (block, micro-batch, phase) in the current step."""
+    """(block, micro-batch, phase) that have TP or CP collectives."""
+    cursor: dict[tuple[int, int, str, str], int] = field(default_factory=lambda: defaultdict(int))
+    """Actions consumed so far per (block, micro-batch, phase, purpose) in the current step."""
 
 
-def phase_actions(run_module: Any, phase: str, sequence_parallel: bool) -> list[Action]:
-    """The collectives a block needs in ``phase``, in issue order (Megatron order, see simgrid.model.comm)."""
+def phase_actions(run_module: Any, phase: str, sequence_parallel: bool, purpose: str = "tp") -> list[Action]:
+    """The ``purpose`` (``tp`` or ``cp``) collectives a block needs in ``phase``, in issue order (Megatron's
+    order for tp, see simgrid.model.comm; Llama 3's K/V gather, re-gather and dK/dV scatter for cp)."""
     cuts = run_module.cuts
+    if purpose == "cp":
+        kv = [j for j, c in enumerate(cuts) if c.forward == CP_KV]
+        if phase in ("fwd", "recompute"):
+            return [("cut", j, "all_gather") for j in kv]
+        return [a for j in kv for a in (("regather", j, "all_gather"), ("cut", j, "reduce_scatter"))]
     if phase in ("fwd", "recompute"):
         out: list[Action] = []
         for j, c in enumerate(cuts):
             if c.forward == VOCAB_CE:
                 # Megatron's order: logit max, target logit, sum of exponentials (simgrid.model.comm).
                 out += [(part, j, "all_reduce") for part in CE_PARTS]
-            elif c.forward is not None:
+            elif c.forward is not None and c.forward != CP_KV:
                 out.append(("cut", j, c.forward))
         return out
     actions: list[Action] = [("cut", j, c.backward) for j, c in reversed(list(enumerate(cuts)))
-                             if c.backward is not None]
+                             if c.backward is not None and c.backward != CP_KV]
     if sequence_parallel and cuts and cuts[0].forward == "all_gather":
         # Megatron re-gathers the sequence-sharded input of the column-parallel linear for the weight
         # gradient, issued together with the output-gradient all-gather, before the backward.
@@ -81,22 +91,22 @@ CE_PARTS = ("ce_max", "ce_target", "ce_sumexp")
 
 
 def plan_tp_collectives(interp: RankInterpreter) -> TPPlan:
-    """Anchor every TP collective of the rank's program to its block, micro-batch and phase."""
+    """Anchor every TP and CP collective of the rank's program to its block, micro-batch and phase."""
     plan = TPPlan()
     ops = interp.ops
     computes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Compute) and op.kind != "OPT"]
     for index, op in enumerate(ops):
-        if not (isinstance(op, Collective) and op.purpose == "tp") or SP_GRADS_LABEL.fullmatch(op.label):
+        if not (isinstance(op, Collective) and op.purpose in ("tp", "cp")) or SP_GRADS_LABEL.fullmatch(op.label):
             continue
         match = re.fullmatch(r"b(\d+):(fwd|bwd|recompute)", op.label)
         if match is None:
-            raise ProgramError(f"tensor-parallel collective label {op.label!r} is not 'b<block>:<fwd|bwd|recompute>'")
+            raise ProgramError(f"{op.purpose} collective label {op.label!r} is not 'b<block>:<fwd|bwd|recompute>'")
         block, phase = int(match.group(1)), match.group(2)
         kinds = {"fwd": ("F",), "recompute": ("R",), "bwd": ("B", "I")}[phase]
         near = [(abs(i - index), i, c) for i, c in computes
                 if c.kind in kinds and c.block_start <= block < c.block_end]
         if not near:
-            raise ProgramError(f"tensor-parallel collective {op.label!r} has no {'/'.join(kinds)} op on block {block}")
+            raise ProgramError(f"{op.purpose} collective {op.label!r} has no {'/'.join(kinds)} op on block {block}")
         _, anchor_index, anchor = min(near, key=lambda t: (t[0], t[1]))
         plan.anchors[index] = (block, anchor.microbatch, phase, anchor.kind)
         plan.anchor_ops[index] = anchor_index
@@ -114,7 +124,9 @@ def issue(interp: RankInterpreter, op: Collective) -> Pending:
         sp_grads = SP_GRADS_LABEL.fullmatch(op.label)
         if sp_grads:
             return _sp_grads(interp, op, int(sp_grads.group(1)), group)
-        return _tensor_parallel(interp, op, group, members)
+        return _block_collective(interp, op, group, members)
+    if op.purpose == "cp":  # context parallelism's K/V collectives (executor.cp)
+        return _block_collective(interp, op, group, members)
     label = op.label
     if op.purpose in ("dp-grad", "zero-grad", "ps-reduce", "zero-param", "ps-broadcast"):
         zero3 = re.fullmatch(r"b(\d+):(param|grad)", label)
@@ -131,12 +143,13 @@ def issue(interp: RankInterpreter, op: Collective) -> Pending:
     raise ProgramError(f"collective kind {op.kind!r} with purpose {op.purpose!r} is not supported by the executor")
 
 
-# -- tensor parallel ----------------------------------------------------------------------------------
-def _tensor_parallel(interp: RankInterpreter, op: Collective, group: Any, members: tuple[int, ...]) -> Pending:
+# -- tensor and context parallel ----------------------------------------------------------------------
+def _block_collective(interp: RankInterpreter, op: Collective, group: Any, members: tuple[int, ...]) -> Pending:
+    """A tensor- or context-parallel collective on the cut(s) of its block it stands for."""
     block, mb, phase, compute_kind = interp.tp_plan.anchors[interp.current_index]
-    key = (block, mb, phase)
-    # Segments this issue runs (sequence parallelism gathers *before* the compute op) belong to the
-    # anchoring compute op, which may come later in the IR: trace them as that op.
+    key = (block, mb, phase, op.purpose)
+    # Segments this issue runs (sequence parallelism's and context parallelism's gathers come *before*
+    # the compute op) belong to the anchoring compute op, which may come later in the IR: trace them as it.
     interp.segment_owner[(block, mb, "bwd" if phase == "bwd" else "fwd")] = \
         interp.tp_plan.anchor_ops[interp.current_index]
     if phase == "bwd":
@@ -147,7 +160,7 @@ def _tensor_parallel(interp: RankInterpreter, op: Collective, group: Any, member
         run = interp.forward_run(block, mb)
         if phase == "recompute" and not run.recomputing:
             run.start_recompute(fresh_collectives=True)
-    actions = phase_actions(run.module, phase, interp.tp.sequence_parallel)
+    actions = phase_actions(run.module, phase, interp.tp.sequence_parallel, op.purpose)
     pos = interp.tp_plan.cursor[key]
     chosen: list[Action] = []
     weight = 0
@@ -166,6 +179,14 @@ def _tensor_parallel(interp: RankInterpreter, op: Collective, group: Any, member
     finishers: list[Any] = []
     notes: list[str] = []
     for kind_, cut, coll in chosen:
+        if op.purpose == "cp":
+            work, finisher, note = issue_kv_collective(interp, run, (kind_, cut), phase, compute_kind, group,
+                                                       index_in_group)
+            works.append(work)
+            if finisher is not None:
+                finishers.append(finisher)
+            notes += [note] if note else []
+            continue
         if phase == "bwd":
             blocked = interp.backward_run(block, mb, compute_kind)
             if kind_ == "regather":

@@ -20,7 +20,14 @@ def global_batch(spec: ModelSpec, layout: Layout, seed: int, step: int) -> torch
     return (start + stride * torch.arange(s + 1)) % spec.vocab_size
 
 
-def microbatch(tokens: torch.Tensor, microbatch: int, replica: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(inputs, targets) of one micro-batch of one replica in the ``[s, b]`` layout the model uses."""
+def microbatch(tokens: torch.Tensor, microbatch: int, replica: int, positions: torch.Tensor | None = None
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, targets) of one micro-batch of one replica in the ``[s, b]`` layout the model uses.
+
+    ``positions`` (context parallelism) keeps only the tokens at those global positions, in that order.
+    """
     seqs = tokens[microbatch, replica]
-    return seqs[:, :-1].t().contiguous(), seqs[:, 1:].t().contiguous()
+    inputs, targets = seqs[:, :-1].t(), seqs[:, 1:].t()
+    if positions is not None:
+        inputs, targets = inputs[positions], targets[positions]
+    return inputs.contiguous(), targets.contiguous()

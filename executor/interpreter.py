@@ -4,7 +4,7 @@ The interpreter never reorders the IR. Compute ops run the named blocks (:class:
 forward (F), backward (B), input-grad only (I), weight-grad only (W), recompute (R, which rebuilds the graph
 a no-grad forward skipped) and the optimizer step (OPT). Communication ops are issued asynchronously and
 finished at their WAIT (:mod:`executor.comm`); :mod:`executor.collectives` maps each collective onto real
-tensors. A segment that sits between a collective and the next compute op (a residual add after a
+tensors. Under context parallelism the rank feeds its two chunks of every sequence (:mod:`executor.cp`). A segment that sits between a collective and the next compute op (a residual add after a
 tensor-parallel all-reduce, a norm backward after the gradient all-reduce) runs when its result is first
 needed: by the next compute op, by a send, or by the gradient synchronisation; under ZeRO-3 at the latest
 at the FREE of the gathered parameters it reads (the IR places that FREE after the block's compute).
@@ -33,6 +33,7 @@ import torch.distributed as dist
 from executor import collectives
 from executor.blockrun import BlockRun
 from executor.comm import Pending
+from executor.cp import CPContext
 from executor.data import global_batch, microbatch
 from executor.grads import GradBook
 from executor.launch import RankContext
@@ -93,6 +94,9 @@ class RankInterpreter:
         self.mesh = Mesh(self.layout)
         self.coord = self.mesh.coords(ctx.rank)
         self.tp = TPContext(size=self.layout.tp, rank=self.coord.tp, sequence_parallel=self.layout.sequence_parallel)
+        self.cp = CPContext(size=self.layout.cp, rank=self.coord.cp or 0)
+        #: Global positions of this rank's tokens under context parallelism (None: the whole sequence).
+        self.positions = self.cp.positions(self.spec.seq_length).to(ctx.device) if self.cp.size > 1 else None
         self.head = head_index(self.spec)
         self.stages = sorted({op.stage for op in self.ops if isinstance(op, Compute) and op.stage >= 0})
         self.stage_of: dict[int, int] = {}
@@ -101,10 +105,12 @@ class RankInterpreter:
                 self.stage_of[b] = s
         self.modules: dict[int, BlockModule] = build_blocks(
             self.spec, sorted(self.stage_of), init_weights(self.spec, seed), self.tp,
-            flash_attention=self.layout.flash_attention)
+            flash_attention=self.layout.flash_attention, cp=self.cp)
         for module in self.modules.values():
             module.to(ctx.device)
-        self.book = GradBook(self.modules, dp_size=self.layout.dp, dp_index=self.coord.dp,
+        # The data-parallel group spans dp * cp ranks (context-parallel ranks hold the same parameters).
+        self.book = GradBook(self.modules, dp_size=self.layout.grad_sync_size,
+                             dp_index=self.mesh.dp_group(ctx.rank).index(ctx.rank),
                              optimizer=optimizer or optimizer_for(self.layout.optimizer))
         if self.layout.zero == 3:
             self.book.shard_zero3()
@@ -280,12 +286,12 @@ class RankInterpreter:
         if block not in self.modules:
             raise ProgramError(f"block {block} is not held by rank {self.rank}")
         if block == 0:
-            x = microbatch(self.tokens, mb, self.coord.dp)[0]
+            x = microbatch(self.tokens, mb, self.coord.dp, self.positions)[0]
         elif (block - 1, mb) in self.runs:
             x = self.finish_forward(self.runs[(block - 1, mb)]).output.detach()
         else:
             x = self._take(self.stage_of[block], mb, "F")
-        targets = microbatch(self.tokens, mb, self.coord.dp)[1] if block == self.head else None
+        targets = microbatch(self.tokens, mb, self.coord.dp, self.positions)[1] if block == self.head else None
         run = BlockRun(self.modules[block], mb, x, targets, no_grad_forward=(block, mb) in self.recomputed)
         self.runs[(block, mb)] = run
         return run
@@ -321,7 +327,10 @@ class RankInterpreter:
 
     def _output_grad(self, block: int, mb: int, mode: str) -> torch.Tensor:
         if block == self.head:
-            return torch.tensor(1.0 / (self.layout.num_microbatches * self.layout.dp), device=self.ctx.device)
+            # Each rank's loss is the mean over its tokens; the gradient sync sums over dp * cp ranks that
+            # hold equally many tokens, so this scale makes the sum the gradient of the global mean loss.
+            scale = 1.0 / (self.layout.num_microbatches * self.layout.grad_sync_size)
+            return torch.tensor(scale, device=self.ctx.device)
         nxt = self.runs.get((block + 1, mb))
         if nxt is not None:
             grad = self.finish_backward(nxt).input_grad
@@ -382,7 +391,7 @@ class RankInterpreter:
             work = dist.isend(tensor, dst=op.peer)
             self.pending[op.handle] = (op, Pending(handle=op.handle, works=[work]))
             return
-        seq = self.spec.seq_length // (self.tp.size if self.tp.sequence_parallel else 1)
+        seq = self.spec.seq_length // self.cp.size // (self.tp.size if self.tp.sequence_parallel else 1)
         buf = torch.empty(seq, self.layout.micro_batch_size, self.spec.hidden_size, device=self.ctx.device)
         work = dist.irecv(buf, src=op.peer)
         slot = (key.dst_stage, key.microbatch, key.direction)

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from executor.cp import KV_CUT, CPContext, causal_allowed, pack_qkv, unpack_leaf
 from executor.tp import (
     CutComm,
     TPContext,
@@ -120,11 +121,18 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 class BlockModule(nn.Module):
     """One IR sub-block: parameters plus a forward split into segments separated by cuts."""
 
-    def __init__(self, spec: ModelSpec, index: int, tp: TPContext) -> None:
+    positions: torch.Tensor
+    """Under context parallelism: global positions of the rank's tokens (:meth:`CPContext.positions`)."""
+
+    def __init__(self, spec: ModelSpec, index: int, tp: TPContext, cp: CPContext | None = None) -> None:
         super().__init__()
         self.spec = spec
         self.index = index
         self.tp = tp
+        self.cp = cp or CPContext()
+        if self.cp.size > 1:
+            # Global positions of the rank's tokens (a buffer, so ``.to(device)`` moves it with the weights).
+            self.register_buffer("positions", self.cp.positions(spec.seq_length), persistent=False)
         self.cuts: tuple[CutComm, ...] = ()
         #: Local parameter attribute name -> (full weight name, tensor-parallel shard dim).
         self.full_names: dict[str, tuple[str, int | None]] = {}
@@ -167,8 +175,9 @@ class BlockModule(nn.Module):
 class EmbedBlock(BlockModule):
     """Block 0: vocabulary-parallel token embedding, then (after the reduction) learned positions."""
 
-    def __init__(self, spec: ModelSpec, weights: dict[str, torch.Tensor], tp: TPContext) -> None:
-        super().__init__(spec, 0, tp)
+    def __init__(self, spec: ModelSpec, weights: dict[str, torch.Tensor], tp: TPContext,
+                 cp: CPContext | None = None) -> None:
+        super().__init__(spec, 0, tp, cp)
         self._param("wte", "embed.wte", weights, 0)
         if spec.position == "learned":
             self._param("wpe", "embed.wpe", weights, None)
@@ -188,18 +197,25 @@ class EmbedBlock(BlockModule):
         if self.spec.position == "learned":
             seq = x.shape[0]
             first = self.tp.rank * seq if self.tp.sequence_parallel else 0
-            x = x + self.wpe[first: first + seq].unsqueeze(1)
+            if self.cp.size > 1:  # the rank's two chunks: rows of their global positions
+                x = x + self.wpe[self.positions[first: first + seq]].unsqueeze(1)
+            else:
+                x = x + self.wpe[first: first + seq].unsqueeze(1)
         else:
             x = x.clone()
         return x
 
 
 class AttentionBlock(BlockModule):
-    """Block ``1 + 2i``: pre-norm causal self-attention (GQA, optional RoPE), Q/K/V column-, O row-parallel."""
+    """Block ``1 + 2i``: pre-norm causal self-attention (GQA, optional RoPE), Q/K/V column-, O row-parallel.
+
+    Segments: norm | core | residual add. Under context parallelism (:mod:`executor.cp`) the Q/K/V
+    projection becomes a segment of its own before the K/V cut: norm | Q/K/V | core | residual add.
+    """
 
     def __init__(self, spec: ModelSpec, layer: int, weights: dict[str, torch.Tensor], tp: TPContext, *,
-                 flash_attention: bool = False) -> None:
-        super().__init__(spec, 1 + 2 * layer, tp)
+                 flash_attention: bool = False, cp: CPContext | None = None) -> None:
+        super().__init__(spec, 1 + 2 * layer, tp, cp)
         #: Fused core (``scaled_dot_product_attention``; torch picks a FlashAttention kernel where it has
         #: one), as ``Layout.flash_attention`` costs it; otherwise the scores are materialised.
         self.flash_attention = flash_attention
@@ -214,37 +230,72 @@ class AttentionBlock(BlockModule):
         for name in ("q", "k", "v"):
             self._linear_params(name, f"{prefix}.{name}", weights, 0)
         self._linear_params("o", f"{prefix}.o", weights, 1)
-        self.cuts = layer_cuts(tp)
+        norm_cut, out_cut = layer_cuts(tp)
+        self.cuts = (norm_cut, KV_CUT, out_cut) if self.cp.size > 1 else (norm_cut, out_cut)
         self.local_heads = spec.num_heads // tp.size
         self.local_kv_heads = spec.kv_heads // tp.size
+        #: Width of the local Q part of the packed Q/K/V segment output (context parallelism).
+        self.q_width = self.local_heads * spec.head_dim
 
     def segment(self, j: int, run: BlockRun) -> torch.Tensor:
         if j == 0:
             return self._norm(run.block_input)
+        if self.cp.size == 1 and j == 1:
+            return self._attend(*self._project(run.leaf(0)))
         if j == 1:
-            return self._core(run.leaf(0))
-        out = run.block_input + run.leaf(1)
+            return pack_qkv(*self._project(run.leaf(0)))
+        if j == 2 and self.cp.size > 1:
+            return self._attend_gathered(run.leaf(1))
+        out = run.block_input + run.leaf(len(self.cuts) - 1)
         return out + self.o_bias if self.spec.bias else out
 
-    def _core(self, x: torch.Tensor) -> torch.Tensor:
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Q, K, V ``[s, b, heads, d]`` of the local tokens, rotated by their global positions (RoPE)."""
         s, b, _ = x.shape
         d = self.spec.head_dim
         q = self._linear(x, "q").view(s, b, self.local_heads, d)
         k = self._linear(x, "k").view(s, b, self.local_kv_heads, d)
         v = self._linear(x, "v").view(s, b, self.local_kv_heads, d)
         if self.spec.position == "rope":
-            cos, sin = rope_cos_sin(s, d)
+            if self.cp.size > 1:
+                cos, sin = rope_cos_sin(self.spec.seq_length, d)
+                cos, sin = cos.to(x.device)[self.positions], sin.to(x.device)[self.positions]
+            else:
+                cos, sin = rope_cos_sin(s, d)
+                cos, sin = cos.to(x.device), sin.to(x.device)
             q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return q, k, v
+
+    def _attend_gathered(self, leaf: torch.Tensor) -> torch.Tensor:
+        """The core on a CP rank: local queries against the gathered keys and values (:mod:`executor.cp`)."""
+        local_seq = self.positions.shape[0]
+        d = self.spec.head_dim
+        batch = leaf.shape[0] // (local_seq * (self.q_width + 2 * self.cp.size * self.local_kv_heads * d))
+        q, k, v = unpack_leaf(leaf, local_seq=local_seq, batch=batch, q_width=self.q_width,
+                              kv_width=self.local_kv_heads * d, cp=self.cp.size)
+        return self._attend(q.view(local_seq, batch, self.local_heads, d),
+                            k.view(-1, batch, self.local_kv_heads, d), v.view(-1, batch, self.local_kv_heads, d))
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """Causal attention of ``[s_q, b, heads, d]`` queries on ``[s, b, kv_heads, d]`` keys, then the
+        (partial, row-parallel) output projection. With context parallelism the queries are the rank's
+        chunks and the mask compares global positions (``is_causal`` assumes queries 0..s_q-1)."""
+        s, b = q.shape[:2]
+        d = self.spec.head_dim
         group = self.local_heads // self.local_kv_heads
         if group > 1:
             k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
         q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [b, heads, s, d]
+        allowed = causal_allowed(self.positions, k.shape[2]) if self.cp.size > 1 else None
         if self.flash_attention:
-            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            if allowed is None:
+                attn = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                attn = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
         else:
             scores = (q @ k.transpose(-1, -2)) / math.sqrt(d)
-            mask = torch.ones(s, s, dtype=torch.bool).triu(1)
-            attn = scores.masked_fill(mask, float("-inf")).softmax(-1) @ v
+            masked = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1) if allowed is None else ~allowed
+            attn = scores.masked_fill(masked, float("-inf")).softmax(-1) @ v
         ctx = attn.permute(2, 0, 1, 3).reshape(s, b, self.local_heads * d)
         return self._linear(ctx, "o", with_bias=False)  # partial sum over tensor ranks; bias after reduce
 
@@ -307,23 +358,25 @@ class HeadBlock(BlockModule):
 
 
 def build_block(spec: ModelSpec, index: int, weights: dict[str, torch.Tensor], tp: TPContext, *,
-                tied_to: EmbedBlock | None = None, flash_attention: bool = False) -> BlockModule:
-    """The module of sub-block ``index`` with this rank's shard of ``weights``."""
+                tied_to: EmbedBlock | None = None, flash_attention: bool = False,
+                cp: CPContext | None = None) -> BlockModule:
+    """The module of sub-block ``index`` with this rank's shard of ``weights`` (and its tokens under ``cp``)."""
     last = head_index(spec)
     if index == 0:
-        return EmbedBlock(spec, weights, tp)
+        return EmbedBlock(spec, weights, tp, cp)
     if index == last:
         return HeadBlock(spec, weights, tp, tied_to=tied_to)
     if not 0 < index < last:
         raise LayoutError(f"block {index} is outside 0..{last} for model {spec.name!r}")
     layer, part = divmod(index - 1, 2)
     if part == 0:
-        return AttentionBlock(spec, layer, weights, tp, flash_attention=flash_attention)
+        return AttentionBlock(spec, layer, weights, tp, flash_attention=flash_attention, cp=cp)
     return MlpBlock(spec, layer, weights, tp)
 
 
 def build_blocks(spec: ModelSpec, blocks: list[int], weights: dict[str, torch.Tensor],
-                 tp: TPContext, *, flash_attention: bool = False) -> dict[int, BlockModule]:
+                 tp: TPContext, *, flash_attention: bool = False,
+                 cp: CPContext | None = None) -> dict[int, BlockModule]:
     """Modules for the given blocks; a tied head shares the embedding Parameter when both are local."""
     modules: dict[int, BlockModule] = {}
     for index in sorted(blocks):
@@ -332,7 +385,8 @@ def build_blocks(spec: ModelSpec, blocks: list[int], weights: dict[str, torch.Te
             embed = modules[0]
             assert isinstance(embed, EmbedBlock)
             tied_to = embed
-        modules[index] = build_block(spec, index, weights, tp, tied_to=tied_to, flash_attention=flash_attention)
+        modules[index] = build_block(spec, index, weights, tp, tied_to=tied_to, flash_attention=flash_attention,
+                                     cp=cp)
     return modules
 
 

@@ -53,7 +53,7 @@ class RunResult:
     """What a real run measured."""
 
     losses: list[float]
-    """Mean loss of each step (over micro-batches and replicas)."""
+    """Mean loss of each step (over micro-batches, replicas and context-parallel ranks: all tokens)."""
     step_times_s: list[float]
     """Wall time of each step: the latest rank's last op end, from a common start barrier."""
     weights: dict[str, torch.Tensor] = field(default_factory=dict)
@@ -84,11 +84,6 @@ def validate_or_raise(program: Program) -> None:
     dry_run(program)
     if program.model is None or program.layout is None:
         raise ProgramError("executor: the program must carry its model and layout (use build_program)")
-    if program.layout.cp > 1:
-        raise ProgramError(
-            f"executor: context parallelism (cp = {program.layout.cp}) is simulated but not executed yet: the "
-            "executor has no K/V all-gather attention; run the layout with cp = 1, or simulate it with simgrid"
-        )
 
 
 def run_program(program: Program, *, steps: int = 1, seed: int = 0, optimizer: OptimizerConfig | None = None,
@@ -134,7 +129,7 @@ def _worker(ctx: RankContext, payload: list[tuple[Any, ...]]) -> list[Any]:
         weights = _local_weights(ctx, interp) if collect else {}
         coord = interp.coord
         outputs.append({"losses": losses, "times": times, "rows": rows, "weights": weights, "peak": peak,
-                        "coord": (coord.pp, coord.dp, coord.tp)})
+                        "coord": (coord.pp, coord.dp, coord.tp, coord.cp or 0)})
     return outputs
 
 
@@ -159,7 +154,7 @@ def _local_weights(ctx: RankContext, interp: RankInterpreter) -> dict[str, tuple
     if book.zero3:
         group = ctx.groups[interp.mesh.dp_group_name(interp.coord)]
         for shard in book.zero3.values():
-            full = torch.empty(shard.shard.numel() * interp.layout.dp)
+            full = torch.empty(shard.shard.numel() * interp.layout.grad_sync_size)
             all_gather_single(full, shard.shard, group)
             shard.param.data = full[: shard.numel].view(shard.shape).clone()
     out: dict[str, tuple[np.ndarray, int | None]] = {}
@@ -172,25 +167,27 @@ def _local_weights(ctx: RankContext, interp: RankInterpreter) -> dict[str, tuple
 def _assemble(index: int, job: Job, ranks: list[dict[str, Any]]) -> RunResult:
     layout = job.program.layout
     assert layout is not None
-    m, dp = layout.num_microbatches, layout.dp
+    # One loss per (replica, context-parallel rank, micro-batch): each is the mean over equally many
+    # tokens, so their plain mean is the mean over all tokens (the reference's loss).
+    expected = layout.num_microbatches * layout.dp * layout.cp
     losses = []
     for step in range(job.steps):
-        per_replica: dict[tuple[int, int], float] = {}
+        per_replica: dict[tuple[int, int, int], float] = {}
         for out in ranks:
-            _, d, t = out["coord"]
+            _, d, t, c = out["coord"]
             if t == 0:
                 for mb, loss in out["losses"][step].items():
-                    per_replica[(d, mb)] = loss
-        if len(per_replica) != m * dp:
-            raise ProgramError(f"job {index}: {len(per_replica)} micro-batch losses reported, expected {m * dp}")
-        losses.append(sum(per_replica.values()) / (m * dp))
+                    per_replica[(d, c, mb)] = loss
+        if len(per_replica) != expected:
+            raise ProgramError(f"job {index}: {len(per_replica)} micro-batch losses reported, expected {expected}")
+        losses.append(sum(per_replica.values()) / expected)
     times = [max(out["times"][s] for out in ranks) for s in range(job.steps)]
     weights: dict[str, torch.Tensor] = {}
     if job.collect_weights:
         pieces: dict[str, dict[int, tuple[int, np.ndarray, int | None]]] = {}
         for out in ranks:
-            pp, d, t = out["coord"]
-            if d != 0:
+            pp, d, t, c = out["coord"]
+            if d != 0 or c != 0:  # replicas and context-parallel ranks hold the same weights
                 continue
             for name, (arr, dim) in out["weights"].items():
                 slot = pieces.setdefault(name, {})

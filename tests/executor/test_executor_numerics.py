@@ -1,7 +1,8 @@
 """Every supported layout, run for real on gloo, reproduces the single-process reference step.
 
 Process start-up costs seconds per world on a small machine, so all 2-rank layouts run one after another
-in one spawned world and the 4-rank layouts in another (module-scoped fixtures). Weight comparisons use
+in one spawned world and the 4-rank layouts in another (module-scoped fixtures), context-parallel ones
+(Llama 3's all-gather CP, :mod:`executor.cp`; two steps each, also on a Llama-style model) included. Weight comparisons use
 SGD, whose update is linear in the gradient: Adam's first step divides each gradient element by its own
 magnitude, so an element whose exact gradient is zero (e.g. the key bias: softmax ignores a constant
 added to every key) turns fp32 summation-order noise into a full ``lr``-sized step; one Adam case checks
@@ -17,12 +18,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from executor.cp import REGATHER_NOTE  # noqa: E402
 from executor.launch import ExecutionError, LaunchConfig  # noqa: E402
 from executor.model import init_weights  # noqa: E402
 from executor.reference import ReferenceResult, reference_training  # noqa: E402
 from executor.runner import Job, RunResult, run_programs  # noqa: E402
+from simgrid.ir.ops import Collective  # noqa: E402
 from simgrid.layout.spec import Layout  # noqa: E402
 from simgrid.model.presets import get_model  # noqa: E402
+from simgrid.model.spec import ModelSpec  # noqa: E402
 from simgrid.schedules import build_program  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.timeout(400)]
@@ -56,29 +60,53 @@ FOUR_RANK: dict[str, Layout] = {
     # Sequence-parallel partial gradients summed by the IR's sp-grads all-reduce out of ZeRO-2 shards.
     "tp2xdp2-sp-zero2": Layout(tp=2, dp=2, zero=2, sequence_parallel=True, global_batch_size=4, **SGD),
 }
+LLAMA = ModelSpec(name="t-llama", num_layers=2, hidden_size=32, num_heads=4, num_kv_heads=2,
+                  ffn_hidden_size=48, gated_mlp=True, vocab_size=64, seq_length=16, tied_embeddings=False,
+                  norm="rmsnorm", position="rope", bias=False)
+CP_STEPS = 2
+"""Two steps: the second step's loss checks that every rank applied the same, complete update."""
+
+TWO_RANK_CP: dict[str, tuple[ModelSpec, Layout]] = {
+    "cp2": (TINY, Layout(cp=2, global_batch_size=2, **SGD)),
+    "cp2-llama-flash-full-recompute": (LLAMA, Layout(cp=2, flash_attention=True, recompute="full",
+                                                     global_batch_size=2, **SGD)),
+    # ZeRO shards over the dp * cp data-parallel group (here the two context-parallel ranks).
+    "cp2-zero1": (TINY, Layout(cp=2, zero=1, global_batch_size=2, **SGD)),
+}
+FOUR_RANK_CP: dict[str, tuple[ModelSpec, Layout]] = {
+    # Learned positions of the rank's chunks under sequence parallelism's extra sequence split.
+    "cp2xtp2-sequence-parallel": (TINY, Layout(cp=2, tp=2, sequence_parallel=True, global_batch_size=2, **SGD)),
+    "cp2xtp2-llama": (LLAMA, Layout(cp=2, tp=2, global_batch_size=2, **SGD)),
+    "cp2xpp2-1f1b": (TINY, Layout(cp=2, pp=2, schedule="1f1b", global_batch_size=2, **SGD)),
+    "cp2xdp2-zero2": (LLAMA, Layout(cp=2, dp=2, zero=2, global_batch_size=2, **SGD)),
+}
+
+
 LOSS_STEPS = 20
 LOSS_LAYOUT = Layout(dp=2, global_batch_size=8, precision="fp32", micro_batch_size=2)
 
 
-def _run_world(layouts: dict[str, Layout], extra: list[Job] = ()) -> dict[str, RunResult]:  # type: ignore[assignment]
+def _run_world(layouts: dict[str, Layout], cp_cases: dict[str, tuple[ModelSpec, Layout]],
+               extra: list[Job] = ()) -> dict[str, RunResult]:  # type: ignore[assignment]
+    """One spawned world: one step of each layout, ``CP_STEPS`` of each context-parallel case, the extras."""
     world = next(iter(layouts.values())).world_size
-    jobs = [Job(program=build_program(TINY, lay)) for lay in layouts.values()] + list(extra)
+    jobs = ([Job(program=build_program(TINY, lay)) for lay in layouts.values()]
+            + [Job(program=build_program(spec, lay), steps=CP_STEPS) for spec, lay in cp_cases.values()]
+            + list(extra))
     results = run_programs(jobs, config=LaunchConfig(world_size=world, run_timeout_s=360, comm_timeout_s=120))
-    out = dict(zip(layouts, results, strict=False))
-    for i, _ in enumerate(extra):
-        out[f"extra{i}"] = results[len(layouts) + i]
-    return out
+    names = [*layouts, *cp_cases, *(f"extra{i}" for i in range(len(extra)))]
+    return dict(zip(names, results, strict=True))
 
 
 @pytest.fixture(scope="module")
 def two_rank_results() -> dict[str, RunResult]:
     loss_job = Job(program=build_program(TINY, LOSS_LAYOUT), steps=LOSS_STEPS, collect_weights=False)
-    return _run_world(TWO_RANK, [loss_job])
+    return _run_world(TWO_RANK, TWO_RANK_CP, [loss_job])
 
 
 @pytest.fixture(scope="module")
 def four_rank_results() -> dict[str, RunResult]:
-    return _run_world(FOUR_RANK)
+    return _run_world(FOUR_RANK, FOUR_RANK_CP)
 
 
 def global_relative_error(got: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> float:
@@ -198,3 +226,52 @@ def test_gloo_reduce_scatter_is_recorded_as_all_reduce_in_the_trace(two_rank_res
     """ZeRO's reduce-scatter rows say how gloo really performed them."""
     rows = [r for r in two_rank_results["zero1"].trace.rows if r.kind == "reduce_scatter"]
     assert rows and all("reduce_scatter via all_reduce (gloo)" in r.op for r in rows)
+
+
+def check_cp_against_reference(name: str, spec: ModelSpec, layout: Layout, result: RunResult) -> None:
+    """Both steps' losses, every weight and the whole update agree with one process on full sequences."""
+    ref = reference_training(spec, layout, steps=CP_STEPS)
+    assert result.losses == pytest.approx(ref.losses, rel=TOL), name
+    assert set(result.weights) == set(ref.weights)
+    start = init_weights(spec, 0)
+    for key, value in ref.weights.items():
+        if float(value.norm()) > 1e-6:  # zero-gradient tensors (key bias) hold only rounding noise
+            err = float((result.weights[key] - value).norm() / value.norm())
+            assert err <= TOL, f"{name}: {key} relative error {err:.2e}"
+    # The update (w_after - w_start) must agree too: a gradient missing one CP rank's share moves a weight
+    # by far less than 1e-5 of its norm but changes its update by about half.
+    num = sum(float((result.weights[k] - v).pow(2).sum()) for k, v in ref.weights.items())
+    den = sum(float((v - start[k]).pow(2).sum()) for k, v in ref.weights.items())
+    assert (num / den) ** 0.5 <= 1e-4, name
+
+
+@pytest.mark.parametrize("name", list(TWO_RANK_CP))
+def test_two_rank_context_parallel_matches_single_process_reference(
+        name: str, two_rank_results: dict[str, RunResult]) -> None:
+    """cp = 2 on tiny-gpt (also with ZeRO-1), and on a Llama-style model with the fused core and full
+    recompute: both steps' losses and every weight match the reference."""
+    spec, layout = TWO_RANK_CP[name]
+    check_cp_against_reference(name, spec, layout, two_rank_results[name])
+
+
+@pytest.mark.parametrize("name", list(FOUR_RANK_CP))
+def test_four_rank_context_parallel_hybrid_matches_single_process_reference(
+        name: str, four_rank_results: dict[str, RunResult]) -> None:
+    """cp = 2 with tp = 2 (sequence-parallel tiny-gpt; Llama-style), with pp = 2 and with dp = 2 + ZeRO-2."""
+    spec, layout = FOUR_RANK_CP[name]
+    check_cp_against_reference(name, spec, layout, four_rank_results[name])
+
+
+def test_context_parallel_trace_has_a_row_per_kv_collective(two_rank_results: dict[str, RunResult]) -> None:
+    """Every CP collective of rank 0's program has one row in the trace of the last step (purpose cp); the
+    backward re-gather and gloo's reduce-scatter say how they were really performed."""
+    spec, layout = TWO_RANK_CP["cp2"]
+    program = build_program(spec, layout)
+    expected = sorted(op.kind for op in program.ranks[0] if isinstance(op, Collective) and op.purpose == "cp")
+    rows = [r for r in two_rank_results["cp2"].trace.rows_of(0)
+            if r.purpose == "cp" and r.kind != "WAIT" and r.stream != "compute"]
+    assert sorted(r.kind for r in rows) == expected
+    regathers = [r for r in rows if r.kind == "all_gather" and "b1:bwd" in r.op]
+    assert regathers and all(REGATHER_NOTE in r.op for r in regathers)
+    scatters = [r for r in rows if r.kind == "reduce_scatter"]
+    assert scatters and all("reduce_scatter via all_reduce (gloo)" in r.op for r in scatters)
