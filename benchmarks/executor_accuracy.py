@@ -188,9 +188,10 @@ thread and delays the compute stream. Nothing in the profile comes from the runs
   during it moves all of them together. On 2026-11-22, 06:25-06:45 UTC, the VM was noisy: the host-speed
   probe read 0.3-1.4 between layouts, against 0.9-1.3 for the table above. Two more calibrations then met
   the targets in 1 of 2 and 0 of 3 trials (mean |error| 10.7% and 10.5%). The predictions moved with the
-  calibration: DP2 was predicted at 322, 352 and 325 ms. The measured steps did not move: with the probe
-  near 1, every layout's measured step was within 9% of the table's (DP2 356 ms, PP2-1F1B 405 ms,
-  ZeRO-3 605 ms). So the misses are calibration noise, not a slower executor. Calibrate on a quiet
+  calibration: DP2 was predicted at 322, 352 and 325 ms. The measured steps did not move: in the trial
+  where the probe read near 1, every layout's measured step fell inside the spread of the table above
+  (DP2 356 ms, PP2-1F1B 405 ms, ZeRO-3 605 ms). So the misses are calibration noise, not a slower
+  executor. Calibrate on a quiet
   machine, and re-run the trials if the host-speed column strays far from 1.
 * TP2 is the noisiest layout: its two ranks meet at a synchronous all-reduce after every attention and
   MLP block, so every gloo wake-up delay lands on the critical path of both ranks.
