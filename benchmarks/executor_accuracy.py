@@ -59,6 +59,8 @@ def main() -> None:
                        f"fallback compute fit {fit.bandwidth_Bps / 1e9:.2f} GB/s, {fit.overhead_s * 1e6:.1f} us/kernel "
                        f"(mean error {fit.mean_abs_error:.0%} over {fit.samples} ops, used only for unmeasured ops)")
         print(f"calibrated: {calibration}")
+        if fit.drift_warning():
+            print(fit.drift_warning())
     header = f"{'layout':<11}{'predicted ms':>14}{'measured ms':>14}{'error':>9}{'host speed':>12}  numerics"
     lines: list[str] = []
     trials: list[list[dict[str, Any]]] = []
@@ -191,8 +193,9 @@ thread and delays the compute stream. Nothing in the profile comes from the runs
   calibration: DP2 was predicted at 322, 352 and 325 ms. The measured steps did not move: in the trial
   where the probe read near 1, every layout's measured step fell inside the spread of the table above
   (DP2 356 ms, PP2-1F1B 405 ms, ZeRO-3 605 ms). So the misses are calibration noise, not a slower
-  executor. Calibrate on a quiet
-  machine, and re-run the trials if the host-speed column strays far from 1.
+  executor. Calibrate on a quiet machine. `simgrid-exec calibrate` and this script now warn when the
+  host-speed probe moves by more than 15% while calibrating. Re-run the trials if the host-speed column
+  strays far from 1.
 * TP2 is the noisiest layout: its two ranks meet at a synchronous all-reduce after every attention and
   MLP block, so every gloo wake-up delay lands on the critical path of both ranks.
 * Per-op host costs are trimmed means per op signature; the real cost of the same op varies with what is

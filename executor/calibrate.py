@@ -76,6 +76,10 @@ PROBE_REPEATS = 5
 """Timed probe repetitions (median kept) after one warm-up."""
 SLOWDOWN_REPEATS = 5
 """Timed (alone, with communication) pairs; the median ratio is kept, after one warm-up pair."""
+HOST_DRIFT_WARNING = 0.15
+"""Above this relative change of the host-speed probe between the start and the end of the in-situ
+measurements, other load changed while calibrating and every prediction from the profile may be off
+(seen on 2026-11-22: predictions moved by 10% between calibrations while the measured steps did not)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +96,21 @@ class ComputeFit:
     """Compute ops the fit used."""
     mean_abs_error: float
     """Mean absolute relative error of the fit over the samples."""
+    host_drift: float = 0.0
+    """Relative change of the host-speed probe from before to after the in-situ measurements (0: steady
+    host); above :data:`HOST_DRIFT_WARNING` the calibration is suspect."""
+
+    @property
+    def host_was_steady(self) -> bool:
+        """Whether the host-speed probe stayed within :data:`HOST_DRIFT_WARNING` while calibrating."""
+        return self.host_drift <= HOST_DRIFT_WARNING
+
+    def drift_warning(self) -> str:
+        """A one-line warning when the host was not steady, else ''."""
+        if self.host_was_steady:
+            return ""
+        return (f"warning: the host-speed probe changed by {self.host_drift:.0%} while calibrating (other load on "
+                "this machine); predictions from this profile may be off: calibrate again on a quiet machine")
 
 
 def _time_collective(kind: str, nbytes: int, group: Any, size: int, index: int, backend: str) -> float:
@@ -499,6 +518,12 @@ def _host_memory_GiB() -> int:
         return 16
 
 
+def host_drift(probe_before_s: float, probe_after_s: float) -> float:
+    """Relative change between two timings of the host-speed probe (slower over faster, minus one)."""
+    low, high = sorted((probe_before_s, probe_after_s))
+    return high / low - 1.0 if low > 0 else 0.0
+
+
 def calibration_layouts(world_size: int) -> list[Layout]:
     """Small in-situ benchmark programs: every op signature of the validated 2-rank layouts (DP, TP,
     PP, ZeRO-3: same model, micro-batch size 1) in programs with one micro-batch (two for PP), so no
@@ -523,10 +548,12 @@ def calibrate(model: ModelSpec, *, world_size: int = 2, out: str | Path | None =
     slowdown = measure_slowdown(world_size) if world_size >= 2 else 0.0
     probe_before = measure_probe(world_size)
     samples = insitu_samples(programs)
+    probe_after = measure_probe(world_size)
     # The in-situ samples ran between the two probes: their mean is the host speed they were taken at.
-    samples.append((PROBE_KEY, (probe_before + measure_probe(world_size)) / 2, False))
+    samples.append((PROBE_KEY, (probe_before + probe_after) / 2, False))
     ops = compute_ops_by_key(programs)
     fit = fit_compute([(ops[k], sec) for k, sec, _ in samples if k in ops])
+    fit = dataclasses.replace(fit, host_drift=host_drift(probe_before, probe_after))
     comm = {**comm, "collectives": merge_insitu_collectives(comm["collectives"], samples)}
     rows = table_rows([sample for sample in samples if not sample[0].startswith(INSITU_COMM_PREFIX)])
     spec = build_profile(name=name, world_size=world_size, comm=comm, fit=fit, compute_rows=rows, slowdown=slowdown)

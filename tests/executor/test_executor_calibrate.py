@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from executor.calibrate import build_profile, fit_compute
+from executor.calibrate import HOST_DRIFT_WARNING, ComputeFit, build_profile, fit_compute, host_drift
 from simgrid.hardware import load_cluster
 from simgrid.ir.ops import Collective, Compute
 
@@ -31,7 +31,6 @@ def test_fit_recovers_rates_of_synthetic_ops() -> None:
 
 def test_written_profile_loads_with_measured_tables(tmp_path: Path) -> None:
     """A profile built from measurements is self-contained: it loads and returns the measured times."""
-    from executor.calibrate import ComputeFit
     from simgrid.hardware import write_profile
 
     comm = {"collectives": [("all_reduce", 256, 100e-6), ("all_reduce", 65536, 400e-6),
@@ -174,3 +173,24 @@ def test_calibrate_builds_each_calibration_program_once(monkeypatch: pytest.Monk
                         if isinstance(op, Collective) and op.kind == "all_reduce"}
     assert all_reduce_sizes and all_reduce_sizes <= set(asked["all_reduce"])
     assert set(cal.COLLECTIVE_SIZES_BYTES) <= set(asked["all_reduce"])
+    assert fit.host_drift == 0.0 and fit.drift_warning() == ""  # the stub probe never moves
+
+
+def test_host_drift_is_the_slower_probe_over_the_faster_one() -> None:
+    """20 ms then 25 ms (or 25 then 20): the host moved by 25% during calibration, either way round."""
+    assert host_drift(0.020, 0.025) == pytest.approx(0.25)
+    assert host_drift(0.025, 0.020) == pytest.approx(0.25)
+    assert host_drift(0.020, 0.020) == 0.0
+
+
+def test_an_unsteady_host_gets_a_warning_that_names_the_drift_and_the_fix() -> None:
+    """Above the 15% threshold the fit says so in one line; at or below it, nothing."""
+    fit = ComputeFit(peak_flops=1e9, bandwidth_Bps=1e9, overhead_s=1e-5, samples=10, mean_abs_error=0.1,
+                     host_drift=0.4)
+    assert not fit.host_was_steady
+    assert "probe changed by 40% while calibrating" in fit.drift_warning()
+    assert "calibrate again on a quiet machine" in fit.drift_warning()
+    steady = ComputeFit(peak_flops=1e9, bandwidth_Bps=1e9, overhead_s=1e-5, samples=10, mean_abs_error=0.1,
+                        host_drift=HOST_DRIFT_WARNING)
+    assert steady.host_was_steady and steady.drift_warning() == ""
+
