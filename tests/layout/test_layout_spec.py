@@ -29,6 +29,7 @@ def test_microbatch_count_is_global_batch_over_replicas() -> None:
     ("kwargs", "message"),
     [
         ({"dp": 0}, r"dp = 0 must be a positive integer"),
+        ({"cp": 0}, r"cp = 0 must be a positive integer"),
         ({"tp": -2}, r"tp = -2 must be a positive integer"),
         ({"zero": 4}, r"zero = 4 must be a ZeRO stage"),
         ({"dp": 2, "micro_batch_size": 2, "global_batch_size": 6}, r"global_batch_size = 6 is not divisible"),
