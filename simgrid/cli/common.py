@@ -64,6 +64,8 @@ def add_layout_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--sequence-parallel", action="store_true", help="Megatron sequence parallelism (tp > 1)")
     g.add_argument("--flash-attention", action="store_true",
                    help="fused attention core (FlashAttention): no s x s scores in HBM or activations")
+    g.add_argument("--attention-kernel", choices=("auto", "fa2", "fa3"), default="auto",
+                   help="fused-attention kernel priced with --flash-attention: fa2, fa3 or auto (the GPU's default)")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="optimizer (default adam)")
     g.add_argument("--precision", choices=PRECISIONS, default="bf16", help="training precision (default bf16)")
     g.add_argument("--offload", action="store_true", help="offload optimizer states and step to the host CPU")
@@ -135,6 +137,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None) -> La
         recompute=args.recompute,
         sequence_parallel=args.sequence_parallel,
         flash_attention=args.flash_attention,
+        attention_kernel=getattr(args, "attention_kernel", "auto"),
         precision=args.precision,
         optimizer=args.optimizer,
         offload_optimizer=args.offload,

@@ -2,6 +2,7 @@
 ring / tree / hierarchical), point-to-point and host transfers. Every formula cites its source in its
 module."""
 
+from simgrid.costs.attention import attention_table, fused_attention_time_s
 from simgrid.costs.collectives import (
     ALGORITHMS,
     NCCL_BASE_LATENCY_US,
@@ -21,6 +22,7 @@ from simgrid.costs.compute import (
     memory_time_s,
     overlap_slowdown,
 )
+from simgrid.costs.gemm import gemm_efficiency, gemm_shape_time_s, gemms_time_s
 from simgrid.costs.p2p import p2p_time_s, route_time_s, transfer_time_s
 from simgrid.costs.phases import Phase, TransferTriple
 
@@ -30,13 +32,18 @@ __all__ = [
     "NCCL_BASE_LATENCY_US",
     "Phase",
     "TransferTriple",
+    "attention_table",
     "base_latency_s",
     "bus_bandwidth_GBps",
     "choose_algorithm",
     "collective_phases",
     "collective_time_s",
     "compute_time_s",
+    "fused_attention_time_s",
+    "gemm_efficiency",
+    "gemm_shape_time_s",
     "gemm_time_s",
+    "gemms_time_s",
     "host_compute_time_s",
     "host_optimizer_time_s",
     "memory_time_s",

@@ -21,12 +21,14 @@ RecomputePolicy = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp32"]
 OptimizerName = Literal["adam", "adam-8bit", "sgd"]
 DataParallelMode = Literal["allreduce", "parameter-server"]
+AttentionKernel = Literal["auto", "fa2", "fa3"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
 DP_MODES: tuple[str, ...] = get_args(DataParallelMode)
+ATTENTION_KERNEL_CHOICES: tuple[str, ...] = get_args(AttentionKernel)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need.
 CHUNKED_SCHEDULES = {"interleaved-1f1b": None, "zbv": 2}
@@ -64,6 +66,10 @@ class Layout:
     """Fused attention core (FlashAttention; Dao et al. 2022, Dao 2023): the s x s scores never reach HBM
     or the saved activations, and the backward recomputes Q K^T in its place. Off by default, as in the
     Megatron-LM runs the validation reproduces."""
+    attention_kernel: AttentionKernel = "auto"
+    """Which fused-attention kernel family runs the core when ``flash_attention`` is on: ``fa2``
+    (FlashAttention-2, e.g. PyTorch SDPA's flash backend), ``fa3`` (FlashAttention-3; cuDNN's fused
+    attention in Transformer Engine runs at a similar speed on H100) or ``auto`` (the GPU profile's default)."""
     precision: Precision = "bf16"
     """Parameter/activation dtype; bf16/fp16 imply mixed precision with fp32 master weights."""
     optimizer: OptimizerName = "adam"
@@ -92,6 +98,7 @@ class Layout:
         _choice("precision", self.precision, PRECISIONS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("dp_mode", self.dp_mode, DP_MODES)
+        _choice("attention_kernel", self.attention_kernel, ATTENTION_KERNEL_CHOICES)
         if not self.bucket_size_MB > 0:
             raise LayoutError(f"layout: bucket_size_MB = {self.bucket_size_MB!r} must be > 0")
         if self.schedule is None:

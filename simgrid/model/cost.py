@@ -13,9 +13,10 @@ from functools import lru_cache
 
 from simgrid.layout.spec import Layout, check_layout
 from simgrid.model.activations import block_activation_bytes
-from simgrid.model.blocks import block_kind
+from simgrid.model.blocks import block_kind, local_seq_length
 from simgrid.model.comm import TPCollective, block_cp_collectives, block_tp_collectives
 from simgrid.model.flops import block_flops
+from simgrid.model.gemms import Gemm, block_gemms
 from simgrid.model.kernels import block_kernels
 from simgrid.model.params import block_params_on_rank
 from simgrid.model.spec import ModelSpec
@@ -62,6 +63,16 @@ class BlockCost:
     """Of ``bwd_input_flops``, those inside the fused core's backward kernels; 0 with the unfused core."""
     fused_attention_recompute_flops: float = 0.0
     """Of ``recompute_flops``, those inside the fused core (a recompute reruns the core's forward)."""
+    fwd_gemms: tuple[Gemm, ...] = ()
+    """Every forward matrix multiply as ``(m, n, k, count)`` (:mod:`simgrid.model.gemms`)."""
+    bwd_input_gemms: tuple[Gemm, ...] = ()
+    """Input-gradient (I) matrix multiplies."""
+    bwd_weight_gemms: tuple[Gemm, ...] = ()
+    """Weight-gradient (W) matrix multiplies."""
+    recompute_gemms: tuple[Gemm, ...] = ()
+    """Matrix multiplies the recompute forward reruns (same rule as ``recompute_flops``)."""
+    attention_shape: tuple[int, int, int] = (0, 0, 0)
+    """``(query tokens, key tokens, head dim)`` of the fused attention core; zeros without one."""
 
     @property
     def bwd_flops(self) -> float:
@@ -98,7 +109,20 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
     fused_fwd = flops.attention_core_fwd if layout.flash_attention else 0.0
     fused_bwd = flops.attention_core_bwd if layout.flash_attention else 0.0
     reruns = layout.recompute != "none" and transformer
+    gemms = block_gemms(model, layout, block)
+    if layout.recompute == "full" and transformer:
+        re_gemms = gemms.fwd
+    elif layout.recompute == "selective":
+        re_gemms = gemms.core_fwd
+    else:
+        re_gemms = ()
+    shape = (local_seq_length(model, layout.cp), model.seq_length, model.head_dim) if fused_fwd else (0, 0, 0)
     return BlockCost(
+        fwd_gemms=gemms.fwd,
+        bwd_input_gemms=gemms.bwd_input,
+        bwd_weight_gemms=gemms.bwd_weight,
+        recompute_gemms=re_gemms,
+        attention_shape=shape,
         fused_attention_fwd_flops=fused_fwd,
         fused_attention_bwd_flops=fused_bwd,
         fused_attention_recompute_flops=fused_fwd if reruns else 0.0,

@@ -18,8 +18,8 @@ forward                                             backward
                                                       bias gradients (column sums): read the output grads
 where ``E = T h d`` (divided by ``tp`` under sequence parallelism), ``S = a_local b s^2 d``,
 ``F = T f_local d``, ``T = b s`` tokens and ``d`` the element size. Matmul operands are not counted here
-(the compute model costs GEMMs by FLOPs and shape), except the attention core's s x s operands, whose
-batched GEMMs are memory-bound (2S forward, 4S backward; see the attention branch). The embedding is a gather (read + write ``T h d``), a
+(the compute model costs every GEMM by its shape, :mod:`simgrid.model.gemms`, including the unfused attention
+core's batched GEMMs and their s x s operands). The embedding is a gather (read + write ``T h d``), a
 position add and a dropout; the loss is Megatron's fp32 vocabulary-parallel cross entropy: forward
 cast (read ``d``, write 4), max (read 4), exp in place (read 4, write 4) and sum (read 4) per logit,
 backward subtract in place (read 4, write 4) and cast back (read 4, write ``d``).
@@ -144,12 +144,11 @@ def _unfused_core(model: ModelSpec, layout: Layout) -> _Core:
     # Under context parallelism the rank's s / cp queries meet all s keys.
     scores = (local_q_heads(model, layout.tp) * layout.micro_batch_size * local_seq_length(model, layout.cp)
               * model.seq_length * d)
-    # The core's batched GEMMs (QK^T: K = head_dim; PV: N = head_dim) have an arithmetic intensity of
-    # about head_dim FLOP per byte of the s x s operand, below the A100 ridge point (312e12 / 2039e9 =
-    # 153 FLOP/B; Williams et al. 2009 roofline), so their score-matrix traffic is charged as well:
-    # forward QK^T writes S and PV reads P (2S); backward dP = dO V^T writes dP, dV = P^T dO reads P,
-    # dQ = dS K and dK = dS^T Q read dS (4S). Softmax: 2S forward, 3S backward.
-    fwd, bwd = 2 * scores + 2 * scores, 3 * scores + 4 * scores
+    # The core's batched GEMMs move the s x s operands too (QK^T writes S, PV reads P; backward dP = dO V^T
+    # writes dP, dV, dQ and dK read P and dS): that traffic is priced with the GEMMs by their shapes
+    # (simgrid.model.gemms, simgrid.costs.gemm: output write in the epilogue, inputs as the memory
+    # ceiling), not here. Softmax: 2S forward, 3S backward.
+    fwd, bwd = 2 * scores, 3 * scores
     fwd_k, bwd_k = 3, 2 + 1 + 2  # QK^T, softmax, PV / PV's two GEMMs, softmax, QK^T's two GEMMs
     if uses_dropout(model):
         drop = scores * (2 * d + MASK_BYTES) // d

@@ -140,12 +140,15 @@ def test_mlp_hbm_bytes_by_kernel() -> None:
 
 
 def test_attention_hbm_bytes_include_the_s_squared_softmax_and_dropout() -> None:
-    """Attention forward: norm 2E, softmax 2S, core GEMMs' score operand 2S, dropout S(2d+1)/d, residual
-    3E + mask (S = a b s^2 d); backward charges the core GEMMs' score operands 4S."""
+    """Attention forward: norm 2E, softmax 2S, dropout S(2d+1)/d, residual 3E + mask (S = a b s^2 d). The
+    core GEMMs' s x s operands are priced with the GEMMs by shape, so they are listed there instead."""
     m = get_model("gpt2-small")
     T, h, a, d = 1024, 768, 12, 2
     E, S = T * h * d, a * 1024 * 1024 * d
-    assert block_cost(m, Layout(), 1).fwd_hbm_bytes == 2 * E + 2 * S + 2 * S + S * 5 // 2 + 3 * E + T * h
+    cost = block_cost(m, Layout(), 1)
+    assert cost.fwd_hbm_bytes == 2 * E + 2 * S + S * 5 // 2 + 3 * E + T * h
+    assert (1024, 1024, 64, a) in cost.fwd_gemms and (1024, 64, 1024, a) in cost.fwd_gemms  # QK^T, PV
+    assert cost.bwd_input_gemms.count((1024, 1024, 64, a)) == 1  # dP = dO V^T writes the s x s gradient
 
 
 def test_invalid_layout_for_model_is_rejected() -> None:

@@ -3,13 +3,15 @@
 Costs come from :func:`simgrid.model.block_cost` (per tensor-parallel rank, one micro-batch). A full
 backward B costs I + W. When the backward is split, the memory-bound bytes and kernel launches of the
 backward are shared between I and W in proportion to their FLOPs (an approximation: the model gives
-one figure for the whole backward). At ``stage`` granularity one op covers the stage's whole block range
-with FLOPs, bytes and kernels summed and the GEMM shape of its largest block.
+one figure for the whole backward); the GEMMs are the pass's own (input- or weight-gradient). At
+``stage`` granularity one op covers the stage's whole block range with FLOPs, bytes, kernels and GEMMs
+summed (equal shapes merged) and the representative shape of its largest block.
 """
 
 from __future__ import annotations
 
 from simgrid.ir.ops import Compute, Op
+from simgrid.model.gemms import Gemm
 from simgrid.schedules.lower.context import LoweringContext, Role, Step
 from simgrid.schedules.pipeline import Action
 
@@ -18,54 +20,67 @@ def _share(part: float, whole: float) -> float:
     return part / whole if whole > 0 else 0.5
 
 
-def _block_numbers(ctx: LoweringContext, kind: str, block: int) -> tuple[float, float, int, float]:
-    """(flops, hbm_bytes, kernels, fused-attention flops) of one block for one compute kind."""
+def _block_numbers(ctx: LoweringContext, kind: str, block: int) -> tuple[float, float, int, float, tuple[Gemm, ...]]:
+    """(flops, hbm_bytes, kernels, fused-attention flops, GEMMs) of one block for one compute kind."""
     c = ctx.cost(block)
     if kind == "F":
-        return c.fwd_flops, c.fwd_hbm_bytes, c.fwd_kernels, c.fused_attention_fwd_flops
+        return c.fwd_flops, c.fwd_hbm_bytes, c.fwd_kernels, c.fused_attention_fwd_flops, c.fwd_gemms
     if kind == "R":
         # BlockCost carries the recomputed kernels' own traffic: selective recompute reruns the attention
         # core, which is almost all memory traffic on the s x s scores, not a FLOP-share of the block's.
         return (c.recompute_flops, c.recompute_hbm_bytes, max(1, c.recompute_kernels),
-                c.fused_attention_recompute_flops)
+                c.fused_attention_recompute_flops, c.recompute_gemms)
     bwd = c.bwd_input_flops + c.bwd_weight_flops
     if kind == "B":
-        return bwd, c.bwd_hbm_bytes, c.bwd_kernels, c.fused_attention_bwd_flops
+        return bwd, c.bwd_hbm_bytes, c.bwd_kernels, c.fused_attention_bwd_flops, c.bwd_input_gemms + c.bwd_weight_gemms
     part = c.bwd_input_flops if kind == "I" else c.bwd_weight_flops
     ratio = _share(part, bwd)
     # The core has no weights: its backward is all input gradient (I), none of it weight gradient (W).
     fused = c.fused_attention_bwd_flops if kind == "I" else 0.0
-    return part, c.bwd_hbm_bytes * ratio, max(1, round(c.bwd_kernels * ratio)), fused
+    gemms = c.bwd_input_gemms if kind == "I" else c.bwd_weight_gemms
+    return part, c.bwd_hbm_bytes * ratio, max(1, round(c.bwd_kernels * ratio)), fused, gemms
 
 
-_UnitNumbers = tuple[float, float, int, tuple[int, int, int], float]
+_UnitNumbers = tuple[float, float, int, tuple[int, int, int], float, tuple[Gemm, ...], tuple[int, int, int]]
+
+
+def _merge(gemms: dict[tuple[int, int, int], int]) -> tuple[Gemm, ...]:
+    """One entry per distinct shape, counts summed, in a fixed order (equal programs stay equal)."""
+    return tuple((m, n, k, c) for (m, n, k), c in sorted(gemms.items()))
 
 
 def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _UnitNumbers:
-    """(flops, hbm_bytes, kernels, dominant gemm, fused-attention flops) of blocks [start, end), cached:
-    equal for every micro-batch."""
+    """(flops, hbm_bytes, kernels, dominant gemm, fused-attention flops, GEMMs, attention shape) of blocks
+    [start, end), cached: equal for every micro-batch."""
     cache = ctx.memo["compute"]
     key = (kind, start, end)
     if key not in cache:
         flops = hbm = fused = 0.0
         kernels = 0
         dominant, dominant_flops = (0, 0, 0), -1.0
+        shapes: dict[tuple[int, int, int], int] = {}
+        attention_shape = (0, 0, 0)
         for block in range(start, end):
-            f, b, k, a = _block_numbers(ctx, kind, block)
+            f, b, k, a, gemms = _block_numbers(ctx, kind, block)
             flops, hbm, kernels, fused = flops + f, hbm + b, kernels + k, fused + a
+            for m, n, k_dim, count in gemms:
+                shapes[(m, n, k_dim)] = shapes.get((m, n, k_dim), 0) + count
+            if a > 0:
+                attention_shape = ctx.cost(block).attention_shape
             if f > dominant_flops:
                 m, n, k_dim = ctx.cost(block).gemm_mnk
                 dominant, dominant_flops = (int(m), int(n), int(k_dim)), f
-        cache[key] = (float(flops), float(hbm), max(1, kernels), dominant, float(fused))
+        cache[key] = (float(flops), float(hbm), max(1, kernels), dominant, float(fused), _merge(shapes),
+                      attention_shape)
     return cache[key]
 
 
 def compute_op(ctx: LoweringContext, kind: str, stage: int, microbatch: int, start: int, end: int) -> Compute:
     """One compute op of ``kind`` over blocks ``[start, end)`` of ``stage`` with summed costs."""
-    flops, hbm, kernels, gemm, fused = _unit_numbers(ctx, kind, start, end)
+    flops, hbm, kernels, gemm, fused, gemms, shape = _unit_numbers(ctx, kind, start, end)
     return Compute(kind=kind, stage=stage, microbatch=microbatch, chunk=ctx.chunk_of(stage),  # type: ignore[arg-type]
                    block_start=start, block_end=end, flops=flops, hbm_bytes=hbm, gemm_mnk=gemm, kernels=kernels,
-                   attention_flops=fused)
+                   attention_flops=fused, gemms=gemms, attention_shape=shape)
 
 
 def action_compute_ops(ctx: LoweringContext, action: Action) -> list[Op]:

@@ -1,0 +1,116 @@
+"""Time of one GEMM from its full shape: output tiles quantised onto waves of SMs, a main loop at the
+sustained tensor rate and an epilogue that writes the tile to HBM.
+
+A cuBLAS/CUTLASS GEMM gives each thread block (CTA) one ``tile_m x tile_n`` tile of the output; the
+blocks run in waves of ``sm_count`` (one large-tile CTA per SM), so a GEMM whose tile count is a little
+above a multiple of the SM count pays a whole extra wave (NVIDIA, "Matrix Multiplication Background User's
+Guide", DU-09799-001, 2023, sections 2.3 and 3: tile and wave quantization). One tile costs
+
+    t_tile = 2 tm tn k / R_sm  +  tm tn d_out / B_sm
+
+with ``R_sm`` the SM's share of the sustained tensor rate ``R = peak * max_efficiency *
+sustained_clock_fraction`` and ``B_sm`` its share of the achievable HBM bandwidth ``B``. The second term is
+the epilogue: a non-persistent kernel writes its tile after the main loop, not overlapped with it. Summed
+over exactly full waves this is ``flops / R + output_bytes / B``, i.e. an efficiency ``k / (k + k0)`` in
+the inner dimension with ``k0 = d_out R / (2 B)``: 252 for an H800's bf16 GEMMs at its measured 758 TFLOP/s
+and 3.35 TB/s x 0.9, against 247-262 fitted to the H800 sweep over K at M = N = 8192 (386, 520, 628, 705,
+736, 758 TFLOP/s at K = 256 ... 8192; shared/reference/hardware.md; tests/costs/test_gemm.py checks the
+whole sweep). The main loop streams its inputs while it computes, so the whole GEMM is also never faster
+than reading A and B and writing C once at ``B`` (the roofline's memory ceiling).
+
+A profile without a tile (``matmul.tile_m = 0``) or without ``sm_count`` keeps the legacy rule:
+``flops / (peak * efficiency(min(m, n, k)))``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from simgrid.errors import SimgridError
+from simgrid.hardware import GPUSpec
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+"""Bytes per element of a GEMM's operands by compute dtype (tf32 reads fp32 tensors)."""
+
+
+def output_bytes(dtype: str) -> int:
+    """Bytes per output element: the operand width, at least 2 (an fp8 GEMM writes bf16, as Transformer
+    Engine's fp8 GEMMs do)."""
+    return max(2, DTYPE_BYTES.get(dtype, 2))
+
+
+def sustained_tensor_flops(gpu: GPUSpec, dtype: str) -> float:
+    """``R``: FLOP/s of a GEMM main loop in a long GEMM-heavy phase (peak x efficiency x sustained clock)."""
+    return gpu.peak_flops(dtype) * gpu.matmul.max_efficiency * gpu.sustained_clock_fraction
+
+
+def hbm_bytes_per_s(gpu: GPUSpec) -> float:
+    """``B``: achievable HBM bandwidth in bytes/s."""
+    return gpu.hbm_bandwidth_GBps * 1e9 * gpu.hbm_efficiency
+
+
+def uses_tile_model(gpu: GPUSpec) -> bool:
+    """Whether the profile has what the full-shape model needs (a tile and an SM count)."""
+    return gpu.matmul.tiled and gpu.sm_count is not None
+
+
+def _check_shape(m: int, n: int, k: int, count: int) -> None:
+    if min(m, n, k, count) < 0:
+        raise SimgridError(f"GEMM shape ({m}, {n}, {k}) x {count} has a negative size; sizes must be >= 0")
+
+
+def gemm_shape_time_s(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str, count: int = 1) -> float:
+    """Seconds of ``count`` GEMMs (or one batched GEMM of ``count`` members) of shape ``(m x k) @ (k x n)``."""
+    _check_shape(m, n, k, count)
+    if min(m, n, k, count) == 0:
+        return 0.0
+    return _gemm_time(m, n, k, count, gpu, dtype)
+
+
+MIN_TILE_SIDE = 64
+"""Narrowest tile side of the tensor-core kernels (CUTLASS's smallest SM80/SM90 tensor-op tiles are 64 wide)."""
+
+
+def _side(tile: int, dim: int) -> int:
+    """The tile side used along a dimension: the profile's large tile, or, for a dimension shorter than it,
+    the next power of two that covers it (at least 64): cuBLAS has 256x64 and 64x256 kernels for such
+    shapes rather than padding a 64-wide matrix to 128 or 256."""
+    if dim >= tile:
+        return tile
+    side = MIN_TILE_SIDE
+    while side < dim:
+        side *= 2
+    return min(side, tile)
+
+
+@lru_cache(maxsize=65536)
+def _gemm_time(m: int, n: int, k: int, count: int, gpu: GPUSpec, dtype: str) -> float:
+    flops = 2.0 * m * n * k * count
+    if not uses_tile_model(gpu):
+        return flops / (gpu.peak_flops(dtype) * gpu.matmul.efficiency(m, n, k) * gpu.sustained_clock_fraction)
+    sms = gpu.sm_count
+    assert sms is not None  # uses_tile_model checked it
+    rate, bandwidth = sustained_tensor_flops(gpu, dtype), hbm_bytes_per_s(gpu)
+    d_in, d_out = DTYPE_BYTES.get(dtype, 2), output_bytes(dtype)
+    tm, tn = gpu.matmul.tile_m, gpu.matmul.tile_n
+    best = float("inf")
+    for a, b in ((_side(tm, m), _side(tn, n)), (_side(tn, m), _side(tm, n))):  # both orientations
+        tiles = -(-m // a) * -(-n // b) * count
+        waves = -(-tiles // sms)
+        tile_s = (2.0 * a * b * k / rate + a * b * d_out / bandwidth) * sms
+        best = min(best, waves * tile_s)
+    memory_s = count * ((m * k + k * n) * d_in + m * n * d_out) / bandwidth
+    return max(best, memory_s, flops / gpu.peak_flops(dtype))
+
+
+def gemm_efficiency(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str) -> float:
+    """Fraction of the dtype's peak one ``(m, n, k)`` GEMM reaches (tile model or legacy curve)."""
+    _check_shape(m, n, k, 1)
+    if min(m, n, k) == 0:
+        return gpu.matmul.max_efficiency * gpu.sustained_clock_fraction
+    return 2.0 * m * n * k / (gpu.peak_flops(dtype) * _gemm_time(m, n, k, 1, gpu, dtype))
+
+
+def gemms_time_s(gemms: tuple[tuple[int, int, int, int], ...], gpu: GPUSpec, *, dtype: str) -> float:
+    """Seconds of a list of ``(m, n, k, count)`` GEMMs run one after another on one stream."""
+    return sum(gemm_shape_time_s(m, n, k, gpu, dtype=dtype, count=c) for m, n, k, c in gemms)
