@@ -25,6 +25,7 @@ A profile without a tile (``matmul.tile_m = 0``) or without ``sm_count`` keeps t
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import NamedTuple
 
 from simgrid.errors import SimgridError
 from simgrid.hardware import GPUSpec
@@ -59,12 +60,34 @@ def _check_shape(m: int, n: int, k: int, count: int) -> None:
         raise SimgridError(f"GEMM shape ({m}, {n}, {k}) x {count} has a negative size; sizes must be >= 0")
 
 
+class _TileModel(NamedTuple):
+    """The few GPU figures the tile model reads (a small hashable key for the GEMM time cache)."""
+
+    rate: float
+    """Sustained tensor FLOP/s of a main loop."""
+    bandwidth: float
+    """Achievable HBM bytes/s."""
+    peak: float
+    """Dense peak FLOP/s of the dtype."""
+    sms: int
+    tile_m: int
+    tile_n: int
+    d_in: int
+    d_out: int
+
+
 def gemm_shape_time_s(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str, count: int = 1) -> float:
     """Seconds of ``count`` GEMMs (or one batched GEMM of ``count`` members) of shape ``(m x k) @ (k x n)``."""
     _check_shape(m, n, k, count)
     if min(m, n, k, count) == 0:
         return 0.0
-    return _gemm_time(m, n, k, count, gpu, dtype)
+    if not uses_tile_model(gpu):
+        flops = 2.0 * m * n * k * count
+        return flops / (gpu.peak_flops(dtype) * gpu.matmul.efficiency(m, n, k) * gpu.sustained_clock_fraction)
+    assert gpu.sm_count is not None  # uses_tile_model checked it
+    model = _TileModel(sustained_tensor_flops(gpu, dtype), hbm_bytes_per_s(gpu), gpu.peak_flops(dtype), gpu.sm_count,
+                       gpu.matmul.tile_m, gpu.matmul.tile_n, DTYPE_BYTES.get(dtype, 2), output_bytes(dtype))
+    return _tile_time(m, n, k, count, model)
 
 
 MIN_TILE_SIDE = 64
@@ -84,23 +107,15 @@ def _side(tile: int, dim: int) -> int:
 
 
 @lru_cache(maxsize=65536)
-def _gemm_time(m: int, n: int, k: int, count: int, gpu: GPUSpec, dtype: str) -> float:
-    flops = 2.0 * m * n * k * count
-    if not uses_tile_model(gpu):
-        return flops / (gpu.peak_flops(dtype) * gpu.matmul.efficiency(m, n, k) * gpu.sustained_clock_fraction)
-    sms = gpu.sm_count
-    assert sms is not None  # uses_tile_model checked it
-    rate, bandwidth = sustained_tensor_flops(gpu, dtype), hbm_bytes_per_s(gpu)
-    d_in, d_out = DTYPE_BYTES.get(dtype, 2), output_bytes(dtype)
-    tm, tn = gpu.matmul.tile_m, gpu.matmul.tile_n
+def _tile_time(m: int, n: int, k: int, count: int, g: _TileModel) -> float:
     best = float("inf")
-    for a, b in ((_side(tm, m), _side(tn, n)), (_side(tn, m), _side(tm, n))):  # both orientations
+    for a, b in ((_side(g.tile_m, m), _side(g.tile_n, n)), (_side(g.tile_n, m), _side(g.tile_m, n))):  # both orientations
         tiles = -(-m // a) * -(-n // b) * count
-        waves = -(-tiles // sms)
-        tile_s = (2.0 * a * b * k / rate + a * b * d_out / bandwidth) * sms
+        waves = -(-tiles // g.sms)
+        tile_s = (2.0 * a * b * k / g.rate + a * b * g.d_out / g.bandwidth) * g.sms
         best = min(best, waves * tile_s)
-    memory_s = count * ((m * k + k * n) * d_in + m * n * d_out) / bandwidth
-    return max(best, memory_s, flops / gpu.peak_flops(dtype))
+    memory_s = count * ((m * k + k * n) * g.d_in + m * n * g.d_out) / g.bandwidth
+    return max(best, memory_s, 2.0 * m * n * k * count / g.peak)
 
 
 def gemm_efficiency(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str) -> float:
@@ -108,7 +123,7 @@ def gemm_efficiency(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str) -> floa
     _check_shape(m, n, k, 1)
     if min(m, n, k) == 0:
         return gpu.matmul.max_efficiency * gpu.sustained_clock_fraction
-    return 2.0 * m * n * k / (gpu.peak_flops(dtype) * _gemm_time(m, n, k, 1, gpu, dtype))
+    return 2.0 * m * n * k / (gpu.peak_flops(dtype) * gemm_shape_time_s(m, n, k, gpu, dtype=dtype))
 
 
 def gemms_time_s(gemms: tuple[tuple[int, int, int, int], ...], gpu: GPUSpec, *, dtype: str) -> float:

@@ -43,12 +43,8 @@ def _draw(rng: random.Random) -> tuple[object, str, Layout] | None:
     cluster = rng.choice(CLUSTERS)
     tp = rng.choice((1, 2, 4, 8))
     pp = rng.choice((1, 1, 2, 4))
-    vpp = 1
     schedule = "none" if pp == 1 else rng.choice(("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv"))
-    if schedule == "interleaved-1f1b":
-        vpp = 2
-    elif schedule == "zbv":
-        vpp = 2
+    vpp = 2 if schedule in ("interleaved-1f1b", "zbv") else 1
     dp = rng.choice((1, 2, 4))
     cp = rng.choice((1, 1, 1, 2))
     mbs = rng.choice((1, 2))
