@@ -66,6 +66,8 @@ def add_layout_args(parser: argparse.ArgumentParser) -> None:
                    help="fused attention core (FlashAttention): no s x s scores in HBM or activations")
     g.add_argument("--attention-kernel", choices=("auto", "fa2", "fa3"), default="auto",
                    help="fused-attention kernel priced with --flash-attention: fa2, fa3 or auto (the GPU's default)")
+    g.add_argument("--kernel-fusion", choices=("fused", "eager", "eager-fused-norm"), default="fused",
+                   help="element-wise kernels between GEMMs: fused (Megatron/TE, torch.compile) or PyTorch eager")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="optimizer (default adam)")
     g.add_argument("--precision", choices=PRECISIONS, default="bf16", help="training precision (default bf16)")
     g.add_argument("--offload", action="store_true", help="offload optimizer states and step to the host CPU")
@@ -138,6 +140,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None) -> La
         sequence_parallel=args.sequence_parallel,
         flash_attention=args.flash_attention,
         attention_kernel=getattr(args, "attention_kernel", "auto"),
+        kernel_fusion=getattr(args, "kernel_fusion", "fused"),
         precision=args.precision,
         optimizer=args.optimizer,
         offload_optimizer=args.offload,

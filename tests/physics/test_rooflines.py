@@ -3,7 +3,7 @@ any resource's busy time.
 
 Each case draws (seeded) a model preset cut to a few layers, a cluster and a layout (tp, pp, vpp, dp, cp,
 ZeRO stage, micro-batch size and count, schedule, recompute, sequence parallelism, FlashAttention and its
-kernel). In every simulated trace:
+kernel, fused or eager element-wise kernels). In every simulated trace:
 
 * a compute op lasts at least its FLOPs at the dtype's peak and its memory-bound bytes at the HBM line rate
   (the two ceilings of the roofline; Williams, Waterman & Patterson 2009);
@@ -58,7 +58,8 @@ def _draw(rng: random.Random) -> tuple[object, str, Layout] | None:
                         global_batch_size=mbs * dp * micro, schedule=schedule, recompute=recompute,  # type: ignore[arg-type]
                         sequence_parallel=tp > 1 and rng.random() < 0.5, flash_attention=flash,
                         attention_kernel=rng.choice(("auto", "fa2", "fa3")) if cluster in ("dgx-h100-ndr", "hgx-h200-ndr")
-                        else "auto", precision=precision)  # type: ignore[arg-type]
+                        else "auto", kernel_fusion=rng.choice(("fused", "eager", "eager-fused-norm")),  # type: ignore[arg-type]
+                        precision=precision)  # type: ignore[arg-type]
         check_layout(model, layout)
         if cluster == "rtx4090-10gbe" and layout.world_size > 48 * 2:
             return None
