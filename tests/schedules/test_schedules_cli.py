@@ -43,10 +43,10 @@ def test_schedule_json_and_csv_write_files(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_schedule_rule_violation_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    """Interleaving with m not a multiple of pp: one-line error naming the rule, exit code 2."""
-    code = main(["schedule", "--schedule", "interleaved-1f1b", "--pp", "4", "--vpp", "2", "--microbatches", "6"])
+    """Interleaving with m split into unequal rounds: one-line error naming the rule, exit code 2."""
+    code = main(["schedule", "--schedule", "interleaved-1f1b", "--pp", "4", "--vpp", "2", "--microbatches", "9"])
     err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "multiple of pp" in err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "rounds of equal size" in err
 
 
 def test_program_then_validate_program(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
