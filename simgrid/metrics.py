@@ -22,6 +22,10 @@ Definitions (every average over ranks weights a traced rank by the number of ran
   not communication), summed per kind, then averaged over ranks. Kinds follow
   :data:`simgrid.trace.PURPOSE_TO_COMM_KIND` (SEND/RECV and the tied-embedding sync are pp).
 * link utilisation (flow mode): bytes a link carried / (its bandwidth x step time).
+
+A trace from :func:`simgrid.simulate` carries the run it measures in ``meta`` (``model``, ``layout``,
+``cluster``, ``metrics_inputs``), so :func:`metrics_from_trace` recomputes the same :class:`Metrics` from
+a saved file.
 """
 
 from __future__ import annotations
@@ -143,6 +147,42 @@ def executed_flops(trace: Trace) -> float:
     """FLOPs of every executed compute op over all ranks (traced ranks scaled by their multiplicity)."""
     weights = _weight(trace)
     return sum(row.flops * weights[row.rank] for row in trace.timing_rows if row.flops)
+
+
+def metrics_meta(*, model: ModelSpec, layout: Layout, cluster: str, peak_flops_per_gpu: float,
+                 peak_memory_bytes: int, memory_capacity_bytes: int) -> dict[str, Any]:
+    """What :func:`metrics_from_trace` needs, as trace metadata (JSON-ready)."""
+    return {
+        "model": model.to_dict(),
+        "layout": layout.to_dict(),
+        "cluster": cluster,
+        "metrics_inputs": {"peak_flops_per_gpu": float(peak_flops_per_gpu),
+                           "peak_memory_bytes": int(peak_memory_bytes),
+                           "memory_capacity_bytes": int(memory_capacity_bytes)},
+    }
+
+
+def metrics_from_trace(trace: Trace) -> Metrics | None:
+    """The step's :class:`Metrics` from a trace that carries its run (``meta`` written by
+    :func:`metrics_meta`); ``None`` for a trace without one (e.g. hand-made rows)."""
+    from simgrid.layout import Layout
+    from simgrid.model.spec import ModelSpec
+
+    model, layout, inputs = (trace.meta.get(key) for key in ("model", "layout", "metrics_inputs"))
+    if not (isinstance(model, Mapping) and isinstance(layout, Mapping) and isinstance(inputs, Mapping)):
+        return None
+    try:
+        return compute_metrics(
+            trace, model=ModelSpec.from_dict(dict(model)), layout=Layout.from_dict(dict(layout)),
+            peak_flops_per_gpu=float(inputs["peak_flops_per_gpu"]),
+            peak_memory_bytes=int(inputs.get("peak_memory_bytes", 0)),
+            memory_capacity_bytes=int(inputs.get("memory_capacity_bytes", 0)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        from simgrid.trace import TraceError
+
+        raise TraceError(f"trace meta 'metrics_inputs' is malformed ({exc}); expected peak_flops_per_gpu, "
+                         "peak_memory_bytes and memory_capacity_bytes numbers as simgrid simulate writes") from None
 
 
 def compute_metrics(trace: Trace, *, model: ModelSpec, layout: Layout, peak_flops_per_gpu: float,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from simgrid.engine import EngineResult, MemoryReport, simulate_program
 from simgrid.errors import SimulationError
 from simgrid.layout import Layout, check_layout
-from simgrid.metrics import Metrics, compute_metrics
+from simgrid.metrics import Metrics, compute_metrics, metrics_meta
 from simgrid.model.spec import ModelSpec
 from simgrid.trace import Trace
 
@@ -104,6 +104,10 @@ def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, 
         link_utilisation=engine.link_utilisation() if comm_model == "flow" else None,
     )
     _attach_memory_timeline(engine, layout)
+    engine.trace.meta.update(metrics_meta(
+        model=spec, layout=layout, cluster=sized.spec.name, peak_flops_per_gpu=sized.gpu.peak_flops(layout.precision),
+        peak_memory_bytes=engine.memory.peak_bytes, memory_capacity_bytes=engine.memory.capacity_bytes,
+    ))
     return SimulationResult(
         metrics=metrics,
         trace=engine.trace,

@@ -7,6 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from simgrid.cli.common import add_model_layout_args, model_layout_from_args, positive_int, print_json
+from simgrid.cli.format import describe_layout
 
 if TYPE_CHECKING:
     from simgrid.simulation import SimulationResult
@@ -74,20 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _layout_line(result: SimulationResult) -> str:
-    lay = result.layout
-    parts = [f"dp {lay.dp}", f"tp {lay.tp}", f"pp {lay.pp}"] + ([f"cp {lay.cp}"] if lay.cp > 1 else [])
-    if lay.vpp > 1:
-        parts.append(f"vpp {lay.vpp}")
-    parts += [f"mbs {lay.micro_batch_size}", f"gbs {lay.gbs} (m = {lay.num_microbatches})", f"{lay.schedule}"]
-    if lay.zero:
-        parts.append(f"ZeRO-{lay.zero}")
-    if lay.recompute != "none":
-        parts.append(f"recompute {lay.recompute}")
-    if lay.sequence_parallel:
-        parts.append("SP")
-    if lay.flash_attention:
-        parts.append("flash attention")
-    return ", ".join(parts)
+    return describe_layout(result.layout)
 
 
 def _seconds(s: float) -> str:
