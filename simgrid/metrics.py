@@ -30,10 +30,13 @@ a saved file.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from simgrid.errors import SimgridError
+from simgrid.memory.headroom import DEFAULT_HEADROOM, MemoryHeadroom
 from simgrid.trace import Trace, comm_kind
 
 if TYPE_CHECKING:
@@ -71,11 +74,16 @@ class Metrics:
     memory_capacity_bytes: int
     """Device memory of one GPU."""
     fits: bool
-    """Every rank's peak is within capacity."""
+    """Every rank's peak is within capacity less ``memory_reserved_bytes``."""
     world_size: int
     """Number of GPUs."""
     link_utilisation: Mapping[str, float] = field(default_factory=dict)
     """Flow mode: fraction of each link's bandwidth used over the step."""
+    memory_reserved_bytes: int = 0
+    """Device memory kept free of tensors for the CUDA context and allocator fragmentation
+    (:mod:`simgrid.memory.headroom`)."""
+    memory_verdict: str = "fits"
+    """``fits``, ``tight`` (fits by less than 5% of capacity) or ``does not fit``."""
 
     def to_json_dict(self) -> dict[str, Any]:
         """The issue's JSON keys (seconds, bytes)."""
@@ -90,6 +98,8 @@ class Metrics:
             "peak_memory_bytes": self.peak_memory_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits": self.fits,
+            "memory_reserved_bytes": self.memory_reserved_bytes,
+            "memory_verdict": self.memory_verdict,
             "exposed_comm_s": {k: self.exposed_comm_s.get(k, 0.0) for k in COMM_KINDS},
             "world_size": self.world_size,
         }
@@ -150,7 +160,8 @@ def executed_flops(trace: Trace) -> float:
 
 
 def metrics_meta(*, model: ModelSpec, layout: Layout, cluster: str, peak_flops_per_gpu: float,
-                 peak_memory_bytes: int, memory_capacity_bytes: int) -> dict[str, Any]:
+                 peak_memory_bytes: int, memory_capacity_bytes: int,
+                 memory_headroom: MemoryHeadroom = DEFAULT_HEADROOM) -> dict[str, Any]:
     """What :func:`metrics_from_trace` needs, as trace metadata (JSON-ready)."""
     return {
         "model": model.to_dict(),
@@ -158,7 +169,8 @@ def metrics_meta(*, model: ModelSpec, layout: Layout, cluster: str, peak_flops_p
         "cluster": cluster,
         "metrics_inputs": {"peak_flops_per_gpu": float(peak_flops_per_gpu),
                            "peak_memory_bytes": int(peak_memory_bytes),
-                           "memory_capacity_bytes": int(memory_capacity_bytes)},
+                           "memory_capacity_bytes": int(memory_capacity_bytes),
+                           "memory_headroom": dataclasses.asdict(memory_headroom)},
     }
 
 
@@ -177,8 +189,9 @@ def metrics_from_trace(trace: Trace) -> Metrics | None:
             peak_flops_per_gpu=float(inputs["peak_flops_per_gpu"]),
             peak_memory_bytes=int(inputs.get("peak_memory_bytes", 0)),
             memory_capacity_bytes=int(inputs.get("memory_capacity_bytes", 0)),
+            memory_headroom=MemoryHeadroom(**inputs.get("memory_headroom", {})),
         )
-    except (KeyError, TypeError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError, SimgridError) as exc:
         from simgrid.trace import TraceError
 
         raise TraceError(f"trace meta 'metrics_inputs' is malformed ({exc}); expected peak_flops_per_gpu, "
@@ -187,8 +200,10 @@ def metrics_from_trace(trace: Trace) -> Metrics | None:
 
 def compute_metrics(trace: Trace, *, model: ModelSpec, layout: Layout, peak_flops_per_gpu: float,
                     peak_memory_bytes: int = 0, memory_capacity_bytes: int = 0,
-                    link_utilisation: Mapping[str, float] | None = None) -> Metrics:
-    """All :class:`Metrics` of one step from its trace, the model, the layout and the GPU peak (FLOP/s)."""
+                    link_utilisation: Mapping[str, float] | None = None,
+                    memory_headroom: MemoryHeadroom = DEFAULT_HEADROOM) -> Metrics:
+    """All :class:`Metrics` of one step from its trace, the model, the layout and the GPU peak (FLOP/s);
+    the memory verdict keeps ``memory_headroom`` free of tensors."""
     from simgrid.model import model_flops_per_iteration
 
     world = layout.world_size
@@ -208,7 +223,9 @@ def compute_metrics(trace: Trace, *, model: ModelSpec, layout: Layout, peak_flop
         exposed_comm_s=exposed_comm_by_kind(trace),
         peak_memory_bytes=int(peak_memory_bytes),
         memory_capacity_bytes=int(memory_capacity_bytes),
-        fits=peak_memory_bytes <= memory_capacity_bytes,
+        fits=peak_memory_bytes <= memory_headroom.usable_bytes(memory_capacity_bytes),
         world_size=world,
         link_utilisation=dict(link_utilisation or {}),
+        memory_reserved_bytes=memory_headroom.reserved_bytes(memory_capacity_bytes),
+        memory_verdict=memory_headroom.verdict(peak_memory_bytes, memory_capacity_bytes),
     )

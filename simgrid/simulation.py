@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from simgrid.engine import EngineResult, MemoryReport, simulate_program
 from simgrid.errors import SimulationError
 from simgrid.layout import Layout, check_layout
+from simgrid.memory.headroom import DEFAULT_HEADROOM, MemoryHeadroom
 from simgrid.metrics import Metrics, compute_metrics, metrics_meta
 from simgrid.model.spec import ModelSpec
 from simgrid.trace import Trace
@@ -73,14 +74,18 @@ class SimulationResult:
 
 def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, mode: str = "symmetric",
              comm_model: str = "fast", granularity: str = "auto",
-             speed_factors: Mapping[int, float] | None = None) -> SimulationResult:
+             speed_factors: Mapping[int, float] | None = None,
+             memory_headroom: MemoryHeadroom = DEFAULT_HEADROOM, program: Program | None = None) -> SimulationResult:
     """Simulate one training step of ``model`` on ``cluster`` under ``layout``.
 
     ``model``: a preset name (``simgrid models``) or a :class:`ModelSpec`. ``cluster``: a profile name
     (sized to ``layout.world_size`` GPUs) or a sized :class:`~simgrid.hardware.Cluster`.
     ``mode``: ``symmetric`` (one rank per pipeline stage when exact) or ``full``; ``comm_model``: ``fast``
     or ``flow``; ``granularity``: ``block``, ``stage`` or ``auto`` (stage above 64 ranks);
-    ``speed_factors``: rank -> relative compute speed for stragglers.
+    ``speed_factors``: rank -> relative compute speed for stragglers; ``memory_headroom``: what the
+    fit verdict keeps free for the CUDA context and allocator fragmentation; ``program``: simulate this
+    program (e.g. loaded from a file, or built from an imported pipeline order) instead of building one
+    from ``model`` and ``layout``, which must then be the program's own.
     """
     t_start = time.perf_counter()
     if not isinstance(layout, Layout):
@@ -89,9 +94,17 @@ def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, 
     check_layout(spec, layout)
     sized = _resolve_cluster(cluster, layout.world_size)
     gran = _resolve_granularity(granularity, layout.world_size)
-    from simgrid.schedules import build_program
+    if program is not None and program.world_size != layout.world_size:
+        raise SimulationError(
+            f"simulate: the program has {program.world_size} ranks but the layout needs {layout.world_size}; "
+            "pass the program's own layout"
+        )
+    if program is None:
+        from simgrid.schedules import build_program
 
-    program = build_program(spec, layout, granularity=gran)  # type: ignore[arg-type]
+        program = build_program(spec, layout, granularity=gran)  # type: ignore[arg-type]
+    else:
+        gran = str(program.meta.get("granularity", gran))
     engine = simulate_program(program, sized, mode=mode, comm_model=comm_model, speed_factors=speed_factors,
                               dtype=layout.precision)
     metrics = compute_metrics(
@@ -102,11 +115,13 @@ def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, 
         peak_memory_bytes=engine.memory.peak_bytes,
         memory_capacity_bytes=engine.memory.capacity_bytes,
         link_utilisation=engine.link_utilisation() if comm_model == "flow" else None,
+        memory_headroom=memory_headroom,
     )
     _attach_memory_timeline(engine, layout)
     engine.trace.meta.update(metrics_meta(
         model=spec, layout=layout, cluster=sized.spec.name, peak_flops_per_gpu=sized.gpu.peak_flops(layout.precision),
         peak_memory_bytes=engine.memory.peak_bytes, memory_capacity_bytes=engine.memory.capacity_bytes,
+        memory_headroom=memory_headroom,
     ))
     return SimulationResult(
         metrics=metrics,

@@ -102,8 +102,12 @@ def format_report(result: SimulationResult) -> str:
     m = result.metrics
     kinds = ("tp", "cp", "pp", "dp") if result.layout.cp > 1 else ("tp", "pp", "dp")
     exposed = "  ".join(f"{k} {_seconds(m.exposed_comm_s.get(k, 0.0))}" for k in kinds)
-    verdict = "fits" if m.fits else "DOES NOT FIT"
     share = m.peak_memory_bytes / m.memory_capacity_bytes if m.memory_capacity_bytes else float("inf")
+    reserve = f"{_gib(m.memory_reserved_bytes)} kept free for the CUDA context and allocator fragmentation"
+    verdict = {"fits": f"fits ({reserve})",
+               "tight": f"tight: fits with {_gib(m.memory_capacity_bytes - m.memory_reserved_bytes - m.peak_memory_bytes)}"
+                        f" to spare after {reserve}",
+               }.get(m.memory_verdict, f"DOES NOT FIT with {reserve}")
     rows = [
         ("model", result.model.name),
         ("cluster", f"{result.cluster_name}, {m.world_size} GPUs"),
