@@ -159,6 +159,18 @@ def executed_flops(trace: Trace) -> float:
     return sum(row.flops * weights[row.rank] for row in trace.timing_rows if row.flops)
 
 
+def metric_notes(metrics: Metrics, layout: Layout) -> list[str]:
+    """Explanations a reader of the numbers needs (today: why HFU can be below MFU)."""
+    notes = []
+    if metrics.hfu < metrics.mfu:
+        why = ("the FlashAttention kernel skips the score tiles the causal mask hides (Dao 2023, section 3.1.1), "
+               "so the hardware executes fewer FLOPs than the model-FLOPs count, which keeps the full s x s "
+               "attention core (Megatron SC'21 eq. 3)") if layout.flash_attention else (
+               "the hardware executed fewer FLOPs than the model-FLOPs count")
+        notes.append(f"HFU {metrics.hfu:.1%} is below MFU {metrics.mfu:.1%}: {why}")
+    return notes
+
+
 def metrics_meta(*, model: ModelSpec, layout: Layout, cluster: str, peak_flops_per_gpu: float,
                  peak_memory_bytes: int, memory_capacity_bytes: int,
                  memory_headroom: MemoryHeadroom = DEFAULT_HEADROOM) -> dict[str, Any]:

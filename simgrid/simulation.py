@@ -15,8 +15,9 @@ from simgrid.engine import EngineResult, MemoryReport, simulate_program
 from simgrid.errors import SimulationError
 from simgrid.layout import Layout, check_layout
 from simgrid.memory.headroom import DEFAULT_HEADROOM, MemoryHeadroom
-from simgrid.metrics import Metrics, compute_metrics, metrics_meta
+from simgrid.metrics import Metrics, compute_metrics, metric_notes, metrics_meta
 from simgrid.model.spec import ModelSpec
+from simgrid.schedules.advice import pipeline_warnings
 from simgrid.trace import Trace
 
 if TYPE_CHECKING:
@@ -56,7 +57,9 @@ class SimulationResult:
     wall_s: float
     """Wall-clock seconds spent building and simulating."""
     notes: tuple[str, ...] = field(default_factory=tuple)
-    """Things the user should know (e.g. why symmetric mode fell back to full)."""
+    """Things the user should know (e.g. why symmetric mode fell back to full, why HFU < MFU)."""
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+    """Things to fix (e.g. too few micro-batches for the pipeline, with the batch that fixes it)."""
 
     def to_json_dict(self) -> dict[str, Any]:
         """The issue's JSON keys, plus model/cluster/layout/mode fields."""
@@ -69,6 +72,7 @@ class SimulationResult:
         out["comm_model"] = self.engine.comm_model
         out["granularity"] = self.granularity
         out["notes"] = list(self.notes)
+        out["warnings"] = list(self.warnings)
         return out
 
 
@@ -93,7 +97,7 @@ def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, 
     spec = _resolve_model(model)
     check_layout(spec, layout)
     sized = _resolve_cluster(cluster, layout.world_size)
-    gran = _resolve_granularity(granularity, layout.world_size)
+    gran = resolve_granularity(granularity, layout.world_size)
     if program is not None and program.world_size != layout.world_size:
         raise SimulationError(
             f"simulate: the program has {program.world_size} ranks but the layout needs {layout.world_size}; "
@@ -134,7 +138,8 @@ def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, 
         cluster_name=sized.spec.name,
         granularity=gran,
         wall_s=time.perf_counter() - t_start,
-        notes=engine.notes,
+        notes=(*engine.notes, *metric_notes(metrics, layout)),
+        warnings=tuple(pipeline_warnings(layout, metrics.bubble_fraction)),
     )
 
 
@@ -179,7 +184,8 @@ def _resolve_cluster(cluster: str | Cluster, world_size: int) -> Cluster:
     raise SimulationError(f"simulate: cluster must be a profile name or a Cluster, got {type(cluster).__name__}")
 
 
-def _resolve_granularity(granularity: str, world_size: int) -> str:
+def resolve_granularity(granularity: str, world_size: int) -> str:
+    """``block`` or ``stage`` for ``granularity`` (``auto``: stage above 64 ranks); checks the name."""
     if granularity not in GRANULARITIES:
         raise SimulationError(
             f"simulate: granularity = {granularity!r} is not one of {', '.join(GRANULARITIES)}"

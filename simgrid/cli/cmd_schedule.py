@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--schedule", required=True, choices=SCHEDULES, help="pipeline schedule")
     p.add_argument("--pp", type=positive_int, required=True, help="pipeline ranks")
     p.add_argument("--microbatches", type=positive_int, required=True, help="micro-batches per step")
-    p.add_argument("--vpp", type=positive_int, help="model chunks per rank (default 1; 2 for zbv)")
+    p.add_argument("--vpp", type=positive_int, help="model chunks per rank (default 2 for zbv, dualpipev and the interleaved schedules, else 1)")
     p.add_argument("--format", choices=FORMATS, default="grid", help="output format (default grid)")
     p.add_argument("--out", help="write to this file instead of printing")
     p.set_defaults(func=run)
@@ -55,7 +55,8 @@ def render(schedule: str, pp: int, microbatches: int, vpp: int, fmt: str) -> str
 
 def run(args: argparse.Namespace) -> int:
     """Build the order and print or write it."""
-    vpp = args.vpp if args.vpp is not None else (2 if args.schedule == "zbv" else 1)
+    chunked = ("zbv", "dualpipev", "interleaved-1f1b", "interleaved-zb")
+    vpp = args.vpp if args.vpp is not None else (2 if args.schedule in chunked else 1)
     text = render(args.schedule, args.pp, args.microbatches, vpp, args.format)
     if args.out is None:
         print(text, end="")

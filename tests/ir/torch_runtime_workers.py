@@ -68,7 +68,7 @@ def one_case(rank: int, pp: int, case: dict[str, Any], out_dir: Path) -> str:
     for s in mine:
         for got, want in zip((p.grad for p in copies[s].parameters()), reference[s], strict=True):
             if got is None or not torch.allclose(got, want, rtol=1e-5, atol=1e-7):
-                ratio = float((got.norm() / want.norm())) if got is not None else 0.0
+                ratio = float(got.norm() / want.norm()) if got is not None else 0.0
                 problems.append(f"stage {s}: gradient off by a factor {ratio:.3f}")
     return "; ".join(problems)
 
