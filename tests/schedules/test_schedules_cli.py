@@ -84,3 +84,19 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert "example" in capsys.readouterr().out
+
+
+def test_pipeline_csv_is_drawn_and_written_back_byte_for_byte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`schedule --pipeline-csv F` draws a torch CSV (transfers, REDUCE_GRAD and idle cells included) in
+    unit time, and `--format torch-csv` writes the very bytes back."""
+    dump = "0F0,0SEND_F0,,0RECV_B0,0B0,0REDUCE_GRAD\r\n,1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD\r\n"
+    src = tmp_path / "t.csv"
+    src.write_bytes(dump.encode())
+    assert main(["schedule", "--pipeline-csv", str(src)]) == 0
+    grid = capsys.readouterr().out
+    assert "rank 1" in grid and "makespan 6 units" in grid
+    out = tmp_path / "back.csv"
+    assert main(["schedule", "--pipeline-csv", str(src), "--format", "torch-csv", "--out", str(out)]) == 0
+    assert out.read_bytes() == dump.encode()
+    assert main(["schedule", "--pipeline-csv", str(src), "--pp", "2"]) == 2
+    assert "drop --schedule, --pp and --microbatches" in capsys.readouterr().err
