@@ -94,7 +94,8 @@ def test_version_help_and_no_abbreviations(capsys: pytest.CaptureFixture[str]) -
     assert "unrecognized arguments: --step 2" in capsys.readouterr().err
 
 
-def test_run_takes_the_order_of_a_torch_csv_and_marks_the_warm_up(tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_takes_the_order_of_a_torch_csv_and_marks_the_warm_up(tmp_path, capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """`run --pipeline-csv F.csv` runs the file's order (an interleaved zero-bubble order on 2 ranks here);
     step 0 is marked as warm-up, in the text and in the JSON."""
     import json
@@ -108,8 +109,15 @@ def test_run_takes_the_order_of_a_torch_csv_and_marks_the_warm_up(tmp_path, caps
     lines = capsys.readouterr().out.splitlines()
     assert "(warm-up" in lines[0] and "warm-up" not in lines[1]
     assert lines[-1].startswith("step time") and "(step 1, after the warm-up)" in lines[-1]
-    assert main(["run", "--pipeline-csv", str(path), "--precision", "fp32", "--steps", "2", "--json"]) == 0
+    import executor.runner
+    from executor.runner import RunResult
+
+    def fake_run(program: object, **kwargs: object) -> RunResult:  # the JSON summary, without a second launch
+        return RunResult(losses=[2.0, 1.0, 0.5], step_times_s=[9.0, 1.0, 3.0])
+
+    monkeypatch.setattr(executor.runner, "run_program", fake_run)
+    assert main(["run", "--pipeline-csv", str(path), "--precision", "fp32", "--steps", "3", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert summary["warmup_steps"] == 1 and summary["world_size"] == 2
+    assert summary["warmup_steps"] == 1 and summary["world_size"] == 2 and summary["measured_step_s"] == 2.0
     assert main(["run", "--pipeline-csv", str(path), "--pp", "4"]) == 2
     assert "--pp 4 disagrees with --pipeline-csv" in capsys.readouterr().err
