@@ -29,28 +29,32 @@ each rate misses.
 TARGET_FLAGS = ("ttft_p50", "ttft_p90", "ttft_p99", "tpot_p50", "tpot_p90", "tpot_p99", "e2e_p50", "e2e_p90", "e2e_p99")
 
 
-def token_lengths(text: str) -> int | tuple[int, int]:
-    """argparse type: ``512`` or an inclusive uniform range ``128-1024``."""
-    low_text, sep, high_text = text.partition("-")
+def token_lengths(text: str, flag: str) -> int | tuple[int, int]:
+    """``512`` or an inclusive uniform range ``128-1024`` (a bad value is a one-line ServingError)."""
+    from simgrid.serving import ServingError
+
+    low_text, sep, high_text = str(text).partition("-")
     try:
         low, high = int(low_text), int(high_text if sep else low_text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a token count (512) or a range (128-1024)") from None
+        raise ServingError(f"{flag} {text!r} is not a token count (512) or a range (128-1024)") from None
     if low < 1 or high < low:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive token counts with LOW <= HIGH")
+        raise ServingError(f"{flag} {text!r} must be positive token counts with LOW <= HIGH")
     return (low, high) if sep else low
 
 
 def rates(text: str) -> list[float]:
-    """argparse type: comma-separated arrival rates in requests/s (``inf``: every request at time 0)."""
+    """Comma-separated arrival rates in requests/s (``inf``: every request at time 0)."""
+    from simgrid.serving import ServingError
+
     out = []
-    for part in text.split(","):
+    for part in str(text).split(","):
         try:
             value = float(part)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"rate {part!r} is not a number of requests per second") from None
+            raise ServingError(f"--rate {part!r} is not a number of requests per second") from None
         if math.isnan(value) or value <= 0:
-            raise argparse.ArgumentTypeError(f"rate {part!r} must be > 0 requests/s (or inf)")
+            raise ServingError(f"--rate {part!r} must be > 0 requests/s (or inf: every request at time 0)")
         out.append(value)
     return out
 
@@ -76,11 +80,11 @@ def register(subparsers: Any) -> None:
     g.add_argument("--replicas", type=positive_int, help="data-parallel replicas (default 1)")
     g.add_argument("--gpus", type=positive_int, help="with latency targets: search every layout of this many GPUs")
     w = p.add_argument_group("workload")
-    w.add_argument("--rate", type=rates, help="Poisson arrival rate(s) in requests/s, e.g. 4 or 1,2,4,8 (inf: all at 0)")
+    w.add_argument("--rate", help="Poisson arrival rate(s) in requests/s, e.g. 4 or 1,2,4,8 (inf: all at 0)")
     w.add_argument("--requests", type=positive_int, default=500,
                    help="requests per run (per replica in a capacity search; default 500)")
-    w.add_argument("--prompt-tokens", type=token_lengths, default=512, help="prompt length or LOW-HIGH (default 512)")
-    w.add_argument("--output-tokens", type=token_lengths, default=128, help="output length or LOW-HIGH (default 128)")
+    w.add_argument("--prompt-tokens", default="512", help="prompt length or LOW-HIGH (default 512)")
+    w.add_argument("--output-tokens", default="128", help="output length or LOW-HIGH (default 128)")
     w.add_argument("--trace", help="CSV trace (arrival_s,prompt_tokens,output_tokens); with --rate, its lengths "
                    "are replayed at that rate")
     w.add_argument("--seed", type=int, default=0, help="random seed of arrivals and lengths (default 0)")
@@ -132,6 +136,9 @@ def run(args: argparse.Namespace) -> int:
     """Simulate at each rate, or search capacity when latency targets are given."""
     from simgrid.serving import LatencyTargets, ServingError, ServingLayout
 
+    args.rate = rates(args.rate) if args.rate is not None else None
+    args.prompt_tokens = token_lengths(args.prompt_tokens, "--prompt-tokens")
+    args.output_tokens = token_lengths(args.output_tokens, "--output-tokens")
     model = model_from_args(args)
     config = _config(args)
     targets = LatencyTargets(**{name: getattr(args, name) for name in TARGET_FLAGS})
