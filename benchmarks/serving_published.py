@@ -18,11 +18,8 @@ from __future__ import annotations
 import statistics
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from simgrid.serving import Request, ServingConfig, ServingLayout, simulate_serving  # noqa: E402
+from simgrid.serving import Request, ServingConfig, ServingLayout, simulate_serving
 
 SOURCE = ("TensorRT-LLM docs/source/performance.md (v0.6.1 tables; commit 77d24b5f), "
           "github.com/NVIDIA/TensorRT-LLM")
