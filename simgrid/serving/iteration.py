@@ -156,7 +156,7 @@ class IterationCostModel:
         base = replica * layout.gpus_per_replica
         self.stage_ranks = [tuple(base + p * layout.tp + i for i in range(layout.tp)) for p in range(layout.pp)]
         self.stages = [self._stage(p) for p in range(layout.pp)]
-        self._comm_cache: dict[tuple[int, int, int], float] = {}
+        self._comm_cache: dict[tuple[str, tuple[int, ...], int, int], float] = {}
         self._hop_cache: dict[tuple[int, int], float] = {}
 
     def _stage(self, p: int) -> _Stage:
@@ -197,7 +197,7 @@ class IterationCostModel:
 
     # -- times -----------------------------------------------------------------------------------------
     def _collective(self, kind: str, nbytes: float, ranks: tuple[int, ...], count: int) -> float:
-        key = (hash((kind, ranks)), int(nbytes), count)
+        key = (kind, ranks, int(nbytes), count)
         t = self._comm_cache.get(key)
         if t is None:
             t = self._comm_cache[key] = collective_time_s(kind, nbytes, ranks, self.topology, count=count)

@@ -42,7 +42,9 @@ def workspace_bytes(model: ModelSpec, layout: ServingLayout, config: ServingConf
 
     The widest moment of a layer: the residual stream and its normalised copy (``2h``) beside the larger of
     the QKV output and the MLP's input projection plus its activation (``2f/tp + f/tp`` when gated), for
-    every token of the iteration; the last stage also holds fp32 logits for every sequence.
+    every token of the iteration; the last stage also holds fp32 logits for every sequence. ``tokens`` is the
+    token budget: static batching's one-shot prefill of a whole batch can exceed it, and that extra
+    workspace is not charged.
     """
     act = 4 if config.activation_dtype == "fp32" else 2
     tp = layout.tp

@@ -195,7 +195,7 @@ def schedule_continuous(q: ReplicaQueue, *, policy: str, max_batch: int, token_b
     if policy == "prefill-first":
         prefills = _admit(q, seats=seats, budget=token_budget, chunked=False)
         return prefills if prefills else _decodes(q, max_batch)
-    decodes = _decodes(q, max_batch)
+    decodes = _decodes(q, min(max_batch, token_budget))  # decode tokens count against the budget too
     seats = max_batch - len(q.running)
     budget = token_budget - len(decodes)
     return decodes + _admit(q, seats=seats, budget=budget, chunked=policy == "chunked")

@@ -101,3 +101,12 @@ def test_static_batch_reserves_prompt_and_output() -> None:
     batch = form_static_batch(q, max_batch=8)
     assert [s.request.id for s in batch] == [0, 1]
     assert q.pool.used == 4 and len(q.waiting) == 1
+
+
+def test_decodes_count_against_a_chunked_budget() -> None:
+    """With a 2-token budget only the first two of three running sequences decode in one iteration."""
+    q = _queue()
+    for i in range(3):
+        _decoding(q, i, 20)
+    assert _plan(schedule_continuous(q, policy="chunked", max_batch=8, token_budget=2)) == [(0, 1, True),
+                                                                                              (1, 1, True)]
