@@ -48,6 +48,7 @@ NOTEBOOK_NAMES = (
     "communication",
     "zero3_vs_3d",
     "predicted_vs_measured",
+    "serving",
 )
 
 _CELL_MARKER = re.compile(r"^# %%( \[markdown\])?\s*$")
