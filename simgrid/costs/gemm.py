@@ -16,7 +16,9 @@ the inner dimension with ``k0 = d_out R / (2 B)``: 252 for an H800's bf16 GEMMs 
 and 3.35 TB/s x 0.9, against 247-262 fitted to the H800 sweep over K at M = N = 8192 (386, 520, 628, 705,
 736, 758 TFLOP/s at K = 256 ... 8192; shared/reference/hardware.md; tests/costs/test_gemm.py checks the
 whole sweep). The main loop streams its inputs while it computes, so the whole GEMM is also never faster
-than reading A and B and writing C once at ``B`` (the roofline's memory ceiling).
+than reading A and B and writing C once at ``B`` (the roofline's memory ceiling). A GEMM with fewer tiles
+than SMs may instead split its inner dimension over more thread blocks (split-K, as CUTLASS's and cuBLAS's
+split-K kernels do), paying an fp32 partial tile per slice and a reduction; the cheaper way is taken.
 
 A profile without a tile (``matmul.tile_m = 0``) or without ``sm_count`` keeps the legacy rule:
 ``flops / (peak * efficiency(min(m, n, k)))``.
@@ -90,14 +92,16 @@ def gemm_shape_time_s(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str, count
     return _tile_time(m, n, k, count, model)
 
 
-MIN_TILE_SIDE = 64
-"""Narrowest tile side of the tensor-core kernels (CUTLASS's smallest SM80/SM90 tensor-op tiles are 64 wide)."""
+MIN_TILE_SIDE = 16
+"""Narrowest tile side considered: the tensor cores' MMA is 16 rows tall, and cuBLASLt lists tiles from 8x8 and
+16x8 up to 512x64 (``cublasLtMatmulTile_t``), so a skinny GEMM (a decode step's few tokens) is not padded to
+a training-size tile."""
 
 
 def _side(tile: int, dim: int) -> int:
     """The tile side used along a dimension: the profile's large tile, or, for a dimension shorter than it,
-    the next power of two that covers it (at least 64): cuBLAS has 256x64 and 64x256 kernels for such
-    shapes rather than padding a 64-wide matrix to 128 or 256."""
+    the next power of two that covers it (at least 16): cuBLAS has narrower kernels (256x64, 64x256 and
+    smaller) for such shapes rather than padding a 64-wide matrix to 128 or 256."""
     if dim >= tile:
         return tile
     side = MIN_TILE_SIDE
@@ -106,14 +110,31 @@ def _side(tile: int, dim: int) -> int:
     return min(side, tile)
 
 
+MIN_SPLIT_K = 256
+"""Shortest slice of the inner dimension a split-K GEMM gives one thread block."""
+PARTIAL_BYTES = 4
+"""A split-K slice writes its partial tile in fp32 for the reduction."""
+
+
 @lru_cache(maxsize=65536)
 def _tile_time(m: int, n: int, k: int, count: int, g: _TileModel) -> float:
     best = float("inf")
     for a, b in ((_side(g.tile_m, m), _side(g.tile_n, n)), (_side(g.tile_n, m), _side(g.tile_m, n))):  # both orientations
         tiles = -(-m // a) * -(-n // b) * count
-        waves = -(-tiles // g.sms)
-        tile_s = (2.0 * a * b * k / g.rate + a * b * g.d_out / g.bandwidth) * g.sms
-        best = min(best, waves * tile_s)
+        split = 1
+        while True:
+            # Split-K (CUTLASS/cuBLAS): with fewer tiles than SMs the inner dimension is cut into ``split``
+            # slices run by separate thread blocks, which write fp32 partial tiles that a reduction sums.
+            slice_k = -(-k // split)
+            waves = -(-(tiles * split) // g.sms)
+            partial = g.d_out if split == 1 else PARTIAL_BYTES
+            seconds = waves * (2.0 * a * b * slice_k / g.rate + a * b * partial / g.bandwidth) * g.sms
+            if split > 1:
+                seconds += tiles * a * b * (PARTIAL_BYTES * split + g.d_out) / g.bandwidth
+            best = min(best, seconds)
+            split *= 2
+            if tiles * split > g.sms or k // split < MIN_SPLIT_K:
+                break
     memory_s = count * ((m * k + k * n) * g.d_in + m * n * g.d_out) / g.bandwidth
     return max(best, memory_s, 2.0 * m * n * k * count / g.peak)
 

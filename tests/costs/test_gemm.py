@@ -70,19 +70,31 @@ def test_sustained_clock_slows_the_main_loop_only() -> None:
 
 
 def test_count_multiplies_the_tiles_of_a_batched_gemm() -> None:
-    """A batch of 2 two-tile GEMMs fills one wave of 4 SMs; 3 of them need two waves."""
+    """A batch of 2 two-tile GEMMs fills one wave of 4 SMs; 3 of them need two waves (K = 256 is too short
+    to split)."""
     gpu = tiny_gpu()
-    one = gemm_shape_time_s(128, 128, 4096, gpu, dtype="bf16")
-    assert gemm_shape_time_s(128, 128, 4096, gpu, dtype="bf16", count=2) == pytest.approx(one)
-    assert gemm_shape_time_s(128, 128, 4096, gpu, dtype="bf16", count=3) == pytest.approx(2 * one)
-    assert gemms_time_s(((128, 128, 4096, 2), (128, 128, 4096, 3)), gpu, dtype="bf16") == pytest.approx(3 * one)
+    two = gemm_shape_time_s(128, 128, 256, gpu, dtype="bf16", count=2)
+    assert two == pytest.approx(by_hand(1, 256))
+    assert gemm_shape_time_s(128, 128, 256, gpu, dtype="bf16", count=3) == pytest.approx(2 * two)
+    assert gemms_time_s(((128, 128, 256, 2), (128, 128, 256, 3)), gpu, dtype="bf16") == pytest.approx(3 * two)
+
+
+def test_few_tiles_split_the_inner_dimension() -> None:
+    """Split-K: a 128 x 128 output (two 64 x 128 tiles) with K = 4096 on 4 SMs runs as 2 x 2 slices of
+    K = 2048 writing fp32 partials, then a reduction reads the 2 partials per tile and writes bf16."""
+    gpu = tiny_gpu()
+    slices = 2 * 64 * 128 * 2048 / (100e12 / 4) + 64 * 128 * 4 / (10_000e9 / 4)
+    reduction = 2 * 64 * 128 * (4 * 2 + 2) / 10_000e9
+    assert gemm_shape_time_s(128, 128, 4096, gpu, dtype="bf16") == pytest.approx(slices + reduction)
+    assert slices + reduction < by_hand(1, 4096)  # faster than two tiles on two of the four SMs
 
 
 def test_a_dimension_shorter_than_the_tile_uses_a_narrower_tile() -> None:
-    """A 64-wide output is not padded to the 128-wide tile: cuBLAS has narrower kernels (64 at least)."""
+    """A 64-wide output is not padded to the 128-wide tile: cuBLAS has narrower kernels (16 wide at least);
+    four of them fill the 4 SMs."""
     gpu = tiny_gpu()
-    narrow = gemm_shape_time_s(64, 64, 4096, gpu, dtype="bf16")
-    assert narrow == pytest.approx(by_hand(1, 4096) / 2)  # one 64 x 64 tile: half a 64 x 128 one
+    narrow = gemm_shape_time_s(64, 64, 256, gpu, dtype="bf16", count=4)
+    assert narrow == pytest.approx(by_hand(1, 256) / 2)  # four 64 x 64 tiles: half as long as 64 x 128 ones
 
 
 def test_degenerate_and_negative_shapes() -> None:
