@@ -299,8 +299,8 @@ KNOWN_LIMITATIONS = """\
   kernel split (`kernel_fusion`). Every constant cites a measurement in its profile's [sources]; none was
   fitted to these tables.
 - Not modelled, and visible in the misses: overlap of tensor-parallel communication with GEMMs
-  (Megatron-Core's --tp-comm-overlap), torchtitan's per-op selective checkpointing, stream-K/split-K GEMM
-  kernels that soften wave quantization on Hopper, GEMM kernels below the best-shape efficiency that
+  (Megatron-Core's --tp-comm-overlap), torchtitan's per-op selective checkpointing, stream-K GEMM
+  kernels that soften wave quantization on Hopper (split-K is modelled), GEMM kernels below the best-shape efficiency that
   cuBLAS's heuristics pick for some shapes, and GPUs run at a power limit other than their profile's (the
   torchtitan H100s are 500 W parts with 2.4 TB/s HBM2e; the profile is the 700 W, 3.35 TB/s SXM part).
 - The 175B/530B interleaving factor of Korthikanti Table 5 is unverified; those rows are simulated with
@@ -465,7 +465,8 @@ def _dev_discussion(v: Validation) -> list[str]:
     for label, member, why in _DEV_GROUPS:
         errors = [r.error for r in v.modern if member(r) and r.error is not None]
         if errors:
-            lines.append(f"- {label} ({len(errors)} rows): mean error {sum(errors) / len(errors):+.1%}, range "
+            rows = f"{len(errors)} row{'s' if len(errors) > 1 else ''}"
+            lines.append(f"- {label} ({rows}): mean error {sum(errors) / len(errors):+.1%}, range "
                          f"{min(errors):+.1%} .. {max(errors):+.1%}; {why}.")
     by_id = {r.row: r for r in v.modern}
     for eager_id in ("titan-8b-fsdp8", "titan-8b-fsdp128"):
