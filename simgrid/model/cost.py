@@ -21,6 +21,14 @@ from simgrid.model.kernels import block_kernels
 from simgrid.model.params import block_params_on_rank
 from simgrid.model.spec import ModelSpec
 
+GRAD_ACCUM_BYTES_PER_PARAM = 6
+"""HBM bytes per parameter per micro-batch spent landing a weight gradient in its accumulation buffer, beyond
+the weight-gradient GEMM's own 16-bit output: Megatron-LM adds it into ``main_grad`` (``main_grad.add_(grad)``
+in its DDP hook: read 2 + read 2 + write 2 in fp16) or, with gradient-accumulation fusion, has the GEMM read
+and write the fp32 ``main_grad`` (8 instead of 2); PyTorch autograd accumulates ``grad += new`` from the
+second micro-batch (read 2 + 2, write 2) and FSDP2 casts the gradient to its fp32 reduce dtype before the
+reduce-scatter (read 2, write 4). Each is 6 bytes per parameter."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class BlockCost:
@@ -38,7 +46,8 @@ class BlockCost:
     fwd_hbm_bytes: int
     """HBM bytes of the forward's memory-bound kernels."""
     bwd_hbm_bytes: int
-    """HBM bytes of the backward's memory-bound kernels (I and W together)."""
+    """HBM bytes of the backward's memory-bound kernels (I and W together), the gradient accumulation's
+    :data:`GRAD_ACCUM_BYTES_PER_PARAM` per parameter included."""
     fwd_kernels: int
     """Kernel launches in the forward."""
     bwd_kernels: int
@@ -109,6 +118,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
     fused_fwd = flops.attention_core_fwd if layout.flash_attention else 0.0
     fused_bwd = flops.attention_core_bwd if layout.flash_attention else 0.0
     reruns = layout.recompute != "none" and transformer
+    params = block_params_on_rank(model, layout, block)
     gemms = block_gemms(model, layout, block)
     if layout.recompute == "full" and transformer:
         re_gemms = gemms.fwd
@@ -131,12 +141,12 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         bwd_weight_flops=flops.bwd_weight,
         recompute_flops=flops.recompute(layout.recompute, recomputable=transformer),
         fwd_hbm_bytes=kernels.fwd_hbm_bytes,
-        bwd_hbm_bytes=kernels.bwd_hbm_bytes,
+        bwd_hbm_bytes=kernels.bwd_hbm_bytes + GRAD_ACCUM_BYTES_PER_PARAM * params,
         fwd_kernels=kernels.fwd_kernels,
         bwd_kernels=kernels.bwd_kernels,
         gemm_mnk=kernels.gemm_mnk,
         activation_bytes=activations,
-        param_count=block_params_on_rank(model, layout, block),
+        param_count=params,
         tp_comm=block_tp_collectives(model, layout, block),
         cp_comm=block_cp_collectives(model, layout, block),
         recompute_hbm_bytes=re_bytes,

@@ -135,8 +135,9 @@ def test_mlp_hbm_bytes_by_kernel() -> None:
     cost = block_cost(m, Layout(), 2)
     assert cost.fwd_hbm_bytes == 2 * E + 2 * F + 3 * E + T * h
     assert cost.fwd_kernels == 5
-    # backward: norm 3E, GeLU 3F, dropout-add 2E + mask, residual sum 3E, bias grads read F + E.
-    assert cost.bwd_hbm_bytes == 3 * E + 3 * F + 2 * E + T * h + 3 * E + F + E
+    # backward: norm 3E, GeLU 3F, dropout-add 2E + mask, residual sum 3E, bias grads read F + E, and 6 bytes
+    # per parameter landing the weight gradients in their accumulation buffer.
+    assert cost.bwd_hbm_bytes == 3 * E + 3 * F + 2 * E + T * h + 3 * E + F + E + 6 * cost.param_count
 
 
 def test_attention_hbm_bytes_include_the_s_squared_softmax_and_dropout() -> None:
