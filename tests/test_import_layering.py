@@ -192,8 +192,8 @@ def test_simgrid_never_imports_executor(project_graph: Graph) -> None:
 EXECUTOR_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry points", ("executor", "executor.cli", "executor.runner", "executor.validate", "executor.calibrate",
                       "executor.commbench", "executor.hostprobe", "executor.profilefit", "executor.costmodel",
-                      "executor.reference", "executor.collectives", "executor.devicecal", "executor.devicefit",
-                      "executor.kernelbench")),
+                      "executor.reference", "executor.collectives", "executor.generate", "executor.devicecal",
+                      "executor.devicefit", "executor.kernelbench")),
     ("interpreter", ("executor.interpreter",)),
     ("op handlers", ("executor.handlers", "executor.handlers.*")),
     ("rank state", ("executor.state", "executor.recorder")),
