@@ -300,15 +300,16 @@ def _run(args: argparse.Namespace) -> int:
     profiles = [("datasheet", sheet.cluster)] + ([("calibrated", args.profile)] if args.profile else [])
     print(f"device {name}{' (dry run: nothing measured)' if args.dry_run else ''}; datasheet {sheet.cluster}; "
           f"calibrated {args.profile or '(none given)'}; bf16 peak {peak / 1e12:.1f} TFLOP/s", flush=True)
-    for case in all_cases:
+    env = {"device": name} if args.dry_run else environment(default_device())
+    for index, case in enumerate(all_cases):
         case.predictions = [predict(case, label, p) for label, p in profiles]
         if not args.dry_run:
             measure(case, args.steps, args.timeout)
         print(format_case(case, peak), flush=True)
+        if args.json:  # after every case: a session stopped at its time limit keeps what it measured
+            done = all_cases[: index + 1]
+            Path(args.json).write_text(json.dumps(to_json(done, env), indent=1) + "\n", encoding="utf-8")
     print(format_summary(all_cases, peak))
-    if args.json:
-        env = {"device": name} if args.dry_run else environment(default_device())
-        Path(args.json).write_text(json.dumps(to_json(all_cases, env), indent=1) + "\n", encoding="utf-8")
     return 0
 
 
