@@ -286,6 +286,7 @@ def _calibrate_device(args: argparse.Namespace) -> int:
     """``calibrate --device cuda``: micro-benchmarks of this GPU fitted to its datasheet profile."""
     from executor.devicecal import calibrate_device, format_calibration, write_bench_json
     from executor.devices import cuda_available
+    from simgrid.hardware import write_profile
     from simgrid.model import get_model
 
     if not cuda_available():
@@ -306,8 +307,6 @@ def _calibrate_device(args: argparse.Namespace) -> int:
                            progress=lambda text: print(f"calibrate: {text}", file=sys.stderr, flush=True))
     if out == DEFAULT_PROFILE:
         out = f"{cal.spec.name}.toml"
-    from simgrid.hardware import write_profile
-
     write_profile(cal.spec, out)
     if args.bench_json:
         write_bench_json(cal.bench, args.bench_json)
