@@ -77,7 +77,7 @@ for k, v in environment(default_device()).items(): print(f'{k}: {v}')"
             log "stage env: written"; cat "$OUT/env.txt" | head -20 ;;
         calibrate)
             if [ "$DRY_RUN" = 1 ]; then log "stage calibrate: skipped (DRY_RUN: needs CUDA)"; continue; fi
-            run_stage calibrate 170 "$OUT/calibrate.txt" "$PY" -m executor.cli calibrate --device cuda \
+            run_stage calibrate 160 "$OUT/calibrate.txt" "$PY" -m executor.cli calibrate --device cuda \
                 --sustained-s "$SUSTAINED_S" --out "$OUT/calibrated.toml" --bench-json "$OUT/calibrate.json" \
                 || status=1 ;;
         accuracy)
@@ -85,10 +85,10 @@ for k, v in environment(default_device()).items(): print(f'{k}: {v}')"
             [ -f "$OUT/calibrated.toml" ] && profile=(--profile "$OUT/calibrated.toml")
             [ "$DRY_RUN" = 1 ] && profile+=(--dry-run)
             # shellcheck disable=SC2086
-            run_stage accuracy 300 "$OUT/accuracy.txt" "$PY" benchmarks/gpu_accuracy.py "${profile[@]}" \
+            run_stage accuracy 290 "$OUT/accuracy.txt" "$PY" benchmarks/gpu_accuracy.py "${profile[@]}" \
                 --steps 5 --json "$OUT/accuracy.json" ${ACCURACY_ARGS:-} || status=1 ;;
         numerics)
-            run_stage numerics 110 "$OUT/numerics.txt" "$PY" -m pytest -q -p no:cacheprovider \
+            run_stage numerics 100 "$OUT/numerics.txt" "$PY" -m pytest -q -p no:cacheprovider \
                 tests/executor/test_executor_cuda.py || status=1 ;;
         *)
             log "unknown stage $stage (env, calibrate, accuracy, numerics)"; status=2 ;;
