@@ -119,7 +119,7 @@ def environment(device: torch.device) -> dict[str, str]:
     env.update({
         "cuda_runtime": str(torch.version.cuda),
         "cudnn": str(torch.backends.cudnn.version()),
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if dist.is_nccl_available() else "absent",
+        "nccl": _nccl_version(),
         "compute_capability": f"{props.major}.{props.minor}",
         "multiprocessors": str(props.multi_processor_count),
         "memory_GiB": f"{props.total_memory / 2**30:.1f}",
@@ -128,6 +128,14 @@ def environment(device: torch.device) -> dict[str, str]:
         "power_limit_W": _nvidia_smi("power.limit"),
     })
     return env
+
+
+def _nccl_version() -> str:
+    """NCCL's version as ``2.21.5`` (torch returns a tuple; some builds an integer), or ``absent``."""
+    if not dist.is_nccl_available():
+        return "absent"
+    version = torch.cuda.nccl.version()
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
 def _nvidia_smi(field: str) -> str:
