@@ -97,7 +97,7 @@ def sp_grads(state: RankState, op: Collective, stage: int, group: Any) -> Pendin
     state.finish_blocks(set(blocks))
     params = [p for _, p in block_parameters(state.modules, blocks) if id(p) in state.sp_params]
     slots = [_sp_grad_slot(state, p) for p in params]
-    flat = torch.cat([full for full, _ in slots]) if slots else torch.zeros(0)
+    flat = torch.cat([full for full, _ in slots]) if slots else torch.zeros(0, device=state.ctx.device)
     work = all_reduce(flat, group)
 
     def write_back() -> None:

@@ -25,7 +25,7 @@ def zero3_collective(state: RankState, op: Collective, block: int, group: Any, m
     shards = book.zero3_params(block)
     size = len(members)
     if op.purpose == "zero-param":
-        local = torch.cat([s.shard for s in shards]) if shards else torch.zeros(0)
+        local = torch.cat([s.shard for s in shards]) if shards else torch.zeros(0, device=state.ctx.device)
         full, work = all_gather_dim0(local, group, size)
         state.zero3_handles[op.handle] = block
 
@@ -44,10 +44,10 @@ def zero3_collective(state: RankState, op: Collective, block: int, group: Any, m
     state.finish_blocks({block})
     pieces = []
     for s in shards:
-        g = s.param.grad if s.param.grad is not None else torch.zeros(s.shape)
+        g = s.param.grad if s.param.grad is not None else s.shard.new_zeros(s.shape)
         pieces.append(flatten([g], pad_to=size).view(size, -1))
         s.param.grad = None
-    flat = torch.cat(pieces, dim=1).reshape(-1) if pieces else torch.zeros(0)
+    flat = torch.cat(pieces, dim=1).reshape(-1) if pieces else torch.zeros(0, device=state.ctx.device)
     getter, work, note = reduce_scatter_dim0(flat, group, size, group_rank(members, state.rank), state.backend)
 
     def accumulate() -> None:
@@ -78,4 +78,4 @@ def release_zero3(state: RankState, block: int) -> None:
     readers = {b for b in state.modules if any(x is s for s in released for x in book.zero3_params(b))}
     state.finish_ready_segments(readers)
     for s in released:
-        s.param.data = torch.empty(0)
+        s.param.data = s.shard.new_empty(0)

@@ -193,8 +193,10 @@ def _sharded_attention_block() -> tuple[types.SimpleNamespace, dict[str, torch.T
     interp = types.SimpleNamespace(book=book, modules=modules, zero3_live={}, runs={}, head=-1,
                                    result=StepResult(), rank=0, ops=ops, texts=[format_op(op) for op in ops],
                                    current_index=2, in_compute=False, stage_of={1: 0},
-                                   segment_owner={(1, 0, "fwd"): 0, (1, 0, "bwd"): 1}, timer=HostTimer())
-    for method in ("finish_forward", "finish_ready_segments", "deferred_segments", "_deferred_row"):
+                                   segment_owner={(1, 0, "fwd"): 0, (1, 0, "bwd"): 1}, timer=HostTimer(),
+                                   unresolved=[])
+    for method in ("finish_forward", "finish_ready_segments", "deferred_segments", "_deferred_row", "add_row",
+                   "resolve_rows"):
         setattr(interp, method, types.MethodType(getattr(RankInterpreter, method), interp))
     return interp, full
 
@@ -258,6 +260,7 @@ def test_zero3_free_runs_the_norm_backward_after_the_gradient_all_reduce_then_re
     torch.testing.assert_close(module.norm_bias.grad, summed.sum(dim=(0, 1)), rtol=1e-5, atol=1e-5)
     assert all(p.numel() == 0 for p in module.parameters())
     # Only the norm backward ran at a FREE (the forward had finished before the first one): one B row.
+    interp.resolve_rows()  # rows are built from their timer marks when the step ends
     assert [(r.kind, r.op.split("  #")[0]) for r in interp.result.rows] == [("B", interp.texts[1])]
 
 
@@ -287,6 +290,7 @@ def test_zero3_free_times_the_late_segment_into_a_row_of_the_compute_op_it_finis
         release_zero3(interp, 1)
 
         assert run.forward_complete
+        interp.resolve_rows()
         rows = interp.result.rows
         if in_compute:
             assert rows == []
