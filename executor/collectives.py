@@ -129,9 +129,10 @@ def issue(interp: RankInterpreter, op: Collective) -> Pending:
         return _block_collective(interp, op, group, members)
     label = op.label
     if op.purpose in ("dp-grad", "zero-grad", "ps-reduce", "zero-param", "ps-broadcast"):
-        zero3 = re.fullmatch(r"b(\d+):(param|grad)", label)
+        zero3 = re.fullmatch(r"(b\d+(?:\+b\d+)*):(param|grad)", label)
         if zero3:
-            return _zero3(interp, op, int(zero3.group(1)), group, members)
+            blocks = tuple(int(b) for b in re.findall(r"\d+", zero3.group(1)))
+            return _zero3(interp, op, blocks, group, members)
         bucket = re.fullmatch(r"s(\d+):bucket(\d+)", label)
         if bucket is None:
             raise ProgramError(f"{op.purpose} collective label {label!r} is not 's<stage>:bucket<i>' or 'b<block>:...'")
@@ -464,14 +465,17 @@ def _embed_grad(interp: RankInterpreter, op: Collective, group: Any) -> Pending:
 
 
 # -- ZeRO-3 -------------------------------------------------------------------------------------------
-def _zero3(interp: RankInterpreter, op: Collective, block: int, group: Any, members: tuple[int, ...]) -> Pending:
+def _zero3(interp: RankInterpreter, op: Collective, blocks: tuple[int, ...], group: Any,
+           members: tuple[int, ...]) -> Pending:
+    """ZeRO-3 all-gather or reduce-scatter of the parameters the named blocks read (a gather unit of
+    several blocks, or one block; a tied weight shared by two of them moves once)."""
     book = interp.book
-    shards = book.zero3_params(block)
+    shards = list({id(s): s for b in blocks for s in book.zero3_params(b)}.values())
     size = len(members)
     if op.purpose == "zero-param":
         local = torch.cat([s.shard for s in shards]) if shards else torch.zeros(0)
         full, work = all_gather_dim0(local, group, size)
-        interp.zero3_handles[op.handle] = block
+        interp.zero3_handles[op.handle] = blocks
 
         def scatter_back() -> None:
             per_rank = full.view(size, -1)
@@ -480,12 +484,13 @@ def _zero3(interp: RankInterpreter, op: Collective, block: int, group: Any, memb
                 n = s.shard.numel()
                 s.param.data = per_rank[:, offset: offset + n].reshape(-1)[: s.numel].view(s.shape).clone()
                 offset += n
-            interp.zero3_live[block] = interp.zero3_live.get(block, 0) + 1
+            for block in blocks:
+                interp.zero3_live[block] = interp.zero3_live.get(block, 0) + 1
 
         return Pending(handle=op.handle, works=[work], on_complete=scatter_back,
                        note=f"includes the tied embedding ({shards[-1].name})"
-                       if len(shards) > len(block_parameters(interp.modules, [block])) else "")
-    interp.finish_blocks({block})
+                       if len(shards) > len(block_parameters(interp.modules, list(blocks))) else "")
+    interp.finish_blocks(set(blocks))
     pieces = []
     for s in shards:
         g = s.param.grad if s.param.grad is not None else torch.zeros(s.shape)

@@ -125,7 +125,7 @@ class RankInterpreter:
         self.inbox: dict[tuple[int, int, str], torch.Tensor] = {}
         self.pending: dict[str, tuple[Op, Pending]] = {}
         self.zero3_live: dict[int, int] = {}
-        self.zero3_handles: dict[str, int] = {}
+        self.zero3_handles: dict[str, tuple[int, ...]] = {}
         self.tokens = torch.zeros(0)
         self.result = StepResult()
         self.live_bytes = 0
@@ -418,8 +418,8 @@ class RankInterpreter:
 
     def _free(self, op: Free) -> None:
         self.live_bytes -= self.alloc_sizes.pop(op.name, 0)
-        block = self.zero3_handles.pop(op.name, None)
-        if block is not None:
+        blocks = self.zero3_handles.pop(op.name, None)
+        for block in blocks or ():
             collectives.release_zero3(self, block)
         match = re.fullmatch(r"act:s(\d+):m(\d+):b(\d+)-(\d+)", op.name)
         if match:
