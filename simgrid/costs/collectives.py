@@ -76,6 +76,9 @@ _exact_plans: weakref.WeakKeyDictionary[Topology, dict[tuple[object, ...], _Plan
 _candidate_memo: weakref.WeakKeyDictionary[Topology, dict[tuple[str, tuple[int, ...]], tuple[str, ...]]] = (
     weakref.WeakKeyDictionary()
 )
+_call_memo: weakref.WeakKeyDictionary[Topology, dict[tuple[object, ...], float]] = weakref.WeakKeyDictionary()
+"""Seconds of one call by (kind, group shape, algorithm, protocol, root index, size): groups of one shape
+have one answer (the symmetry check asks about every replica's group)."""
 
 
 def base_latency_s(topo: Topology) -> float:
@@ -314,8 +317,14 @@ def collective_time_s(kind: str, nbytes: float, ranks: Sequence[int], topo: Topo
         if t_us is not None:
             return t_us * 1e-6 * count
     size = nbytes / count
-    algo, proto = choose(kind, size, group, topo, root=root, algorithm=algorithm, protocol=protocol)
-    return count * _call_time(kind, algo, proto, size, _plan(kind, group, topo, algo, root), topo, group)
+    root_index = group.index(root) if root is not None and kind in ("broadcast", "reduce") else None
+    memo = _call_memo.setdefault(topo, {})
+    key = (kind, group_signature(group, topo), algorithm, protocol, root_index, size)
+    one = memo.get(key)
+    if one is None:
+        algo, proto = choose(kind, size, group, topo, root=root, algorithm=algorithm, protocol=protocol)
+        one = memo[key] = _call_time(kind, algo, proto, size, _plan(kind, group, topo, algo, root), topo, group)
+    return count * one
 
 
 def collective_phases(kind: str, nbytes: float, ranks: Sequence[int], topo: Topology, *,

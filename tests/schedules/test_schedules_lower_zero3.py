@@ -133,19 +133,24 @@ def test_deepspeed_reduce_scatters_per_bucket_of_5e8_elements() -> None:
     assert sorted(covered) == list(range(10))  # every block's gradient reduced exactly once
 
 
-@pytest.mark.parametrize("impl", ["deepspeed", "fsdp2"])
-def test_every_buffer_is_freed_and_every_gather_waited_before_use(impl: str) -> None:
-    """ALLOCs and FREEs pair up; a gather is waited before the first compute op that reads its blocks."""
-    ops = _ops(TINY, zero_impl=impl, recompute="full", global_batch_size=4)
+@pytest.mark.parametrize(("model", "impl"), [(TINY, "deepspeed"), (TINY, "fsdp2"), (WIDE, "deepspeed"), (WIDE, "fsdp2")])
+def test_every_compute_op_reads_gathered_parameters(model: ModelSpec, impl: str) -> None:
+    """ALLOCs and FREEs pair up, and every compute op of a block runs while some gather covering that
+    block has been waited and not yet freed (two micro-batches, full recompute, re-gathers included)."""
+    ops = _ops(model, zero_impl=impl, recompute="full", global_batch_size=4)
     assert {op.name for op in ops if isinstance(op, Alloc)} == {op.name for op in ops if isinstance(op, Free)}
-    handles = {op.handle: set(_blocks(op.label)) for op in _gathers(ops)}
-    waited: set[str] = set()
+    covers: dict[str, list[int]] = {}
+    resident: set[str] = set()
     for op in ops:
-        if isinstance(op, Wait):
-            waited.add(op.handle)
-        elif isinstance(op, Collective) and op.handle in waited:
-            waited.discard(op.handle)
-    assert set(handles) <= {op.handle for op in ops if isinstance(op, Wait)}
+        if isinstance(op, Collective) and op.purpose == "zero-param":
+            covers[op.handle] = _blocks(op.label)
+        elif isinstance(op, Wait) and op.handle in covers:
+            resident.add(op.handle)
+        elif isinstance(op, Free):
+            resident.discard(op.name)
+        elif isinstance(op, Compute) and op.kind != "OPT":
+            for block in range(op.block_start, op.block_end):
+                assert any(block in covers[h] for h in resident), (op, block)
 
 
 def test_stage_granularity_computes_per_gather_unit() -> None:
