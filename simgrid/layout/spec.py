@@ -83,7 +83,7 @@ class Layout:
     """FSDP2: gather units (layers) whose parameters ZeRO-3 gathers ahead of use (FSDP2's implicit forward
     and default backward prefetch is 1). DeepSpeed prefetches by its bucket size instead."""
     zero_impl: ZeroImpl = "deepspeed"
-    """How ZeRO-3 gathers and reduces (simgrid.schedules.lower.zero3_impl): ``deepspeed`` (ZeRO stage 3,
+    """How ZeRO-3 gathers and reduces (simgrid.model.zero3_units): ``deepspeed`` (ZeRO stage 3,
     per-module gathers with its default prefetch, reuse and bucket sizes) or ``fsdp2`` (PyTorch
     ``fully_shard`` per transformer layer). Only read when ``zero = 3``."""
     overlap_grad_reduce: bool = True

@@ -8,7 +8,7 @@ What we count (each a fixed-size buffer the program builder allocates with categ
   gradients themselves are counted as grads, assuming they live in the bucket storage
   (``gradient_as_bucket_view`` / Megatron's contiguous grad buffer). Capped at the rank's gradient bytes.
 * ``zero3-gather`` and ``zero3-grads``: with ZeRO-3, gathered (tensor-parallel shares of) weights and
-  unsharded gradient buffers, as the implementation holds them (simgrid.schedules.lower.zero3_impl).
+  unsharded gradient buffers, as the implementation holds them (simgrid.model.zero3_units).
   FSDP2: the root unit (embedding, final norm, output layer: kept from the forward to the end of the
   backward) plus the layer in use and ``zero3_prefetch_depth`` prefetched layers; gradients of the root
   and of two layers (one reducing, one filling). DeepSpeed: the modules kept for reuse within
@@ -23,10 +23,13 @@ inputs of sequence parallelism.
 
 from __future__ import annotations
 
+import dataclasses
+
 from simgrid.layout.spec import Layout
-from simgrid.memory.states import stage_state_bytes
+from simgrid.memory.states import block_state_bytes, stage_state_bytes, state_bytes_per_param
 from simgrid.model.blocks import p2p_bytes
 from simgrid.model.spec import ModelSpec
+from simgrid.model.zero3_units import DEEPSPEED, fsdp2_unit, partitioned_modules, tied_head_params, unit_params
 
 #: Buckets in flight for overlapped gradient sync (one reducing, one filling).
 DP_BUCKETS_IN_FLIGHT = 2
@@ -48,25 +51,27 @@ def comm_buffer_bytes(model: ModelSpec, layout: Layout, pp_rank: int = 0) -> dic
     return buffers
 
 
+def zero3_grad_bytes(model: ModelSpec, layout: Layout, blocks: tuple[int, ...]) -> int:
+    """Unsharded gradient bytes of the blocks of one ZeRO-3 reduce-scatter (a tied embedding's once)."""
+    unsharded = dataclasses.replace(layout, zero=min(layout.zero, 1))
+    own = sum(block_state_bytes(model, unsharded, b).grads_bytes for b in blocks)
+    tied = 0 if 0 in blocks else sum(tied_head_params(model, layout, b) for b in blocks)
+    return int(own + tied * state_bytes_per_param(layout).grads)
+
+
 def _zero3_buffers(model: ModelSpec, layout: Layout) -> dict[str, int]:
     """Gathered-parameter and gradient buffers of ZeRO-3 (pp = 1: one stage holds every block)."""
-    from simgrid.memory.states import state_bytes_per_param
-    from simgrid.schedules.lower.context import LoweringContext
-    from simgrid.schedules.lower.zero3 import unit_grad_bytes, unit_params
-    from simgrid.schedules.lower.zero3_impl import DEEPSPEED, fsdp2_unit, partitioned_modules
-
-    ctx = LoweringContext(model=model, layout=layout)
-    blocks = range(2 * model.num_layers + 2)
+    blocks = tuple(range(2 * model.num_layers + 2))
     grad_bytes = state_bytes_per_param(layout).grads
     if layout.zero_impl == "fsdp2":
-        root = fsdp2_unit(ctx, 0)
-        layers = {fsdp2_unit(ctx, b) for b in blocks} - {root}
-        largest = max((unit_params(ctx, u) for u in layers), default=0)
-        largest_grads = max((unit_grad_bytes(ctx, u) for u in layers), default=0)
-        gather = (unit_params(ctx, root) + (1 + layout.zero3_prefetch_depth) * largest) * layout.param_bytes
-        return {"zero3-gather": gather, "zero3-grads": unit_grad_bytes(ctx, root) + 2 * largest_grads}
-    modules = list(dict(m for b in blocks for m in partitioned_modules(ctx, b)).values())  # tied weight once
+        root = fsdp2_unit(model, 0)
+        layers = {fsdp2_unit(model, b) for b in blocks} - {root}
+        largest = max((unit_params(model, layout, u) for u in layers), default=0)
+        largest_grads = max((zero3_grad_bytes(model, layout, u) for u in layers), default=0)
+        gather = (unit_params(model, layout, root) + (1 + layout.zero3_prefetch_depth) * largest) * layout.param_bytes
+        return {"zero3-gather": gather, "zero3-grads": zero3_grad_bytes(model, layout, root) + 2 * largest_grads}
+    modules = list(dict(m for b in blocks for m in partitioned_modules(model, layout, b)).values())  # tied once
     window = DEEPSPEED.max_reuse_numel + DEEPSPEED.prefetch_bucket_numel + max(modules, default=0)
-    total_grads = unit_grad_bytes(ctx, tuple(blocks))
+    total_grads = zero3_grad_bytes(model, layout, blocks)
     return {"zero3-gather": min(sum(modules), window) * layout.param_bytes,
             "zero3-grads": min(total_grads, 2 * DEEPSPEED.reduce_bucket_numel * grad_bytes)}

@@ -194,11 +194,11 @@ class LoweringContext:
     def _zero3_units(self, blocks: range) -> tuple[tuple[int, int], ...]:
         """At stage granularity ZeRO-3 still computes per gather unit (its overlap is per unit): one op
         per FSDP2 layer or per sub-block for DeepSpeed (simgrid.schedules.lower.zero3)."""
-        from simgrid.schedules.lower.zero3_impl import fsdp2_unit
+        from simgrid.model.zero3_units import fsdp2_unit
 
         units: list[tuple[int, int]] = []
         for b in blocks:
-            if units and self.layout.zero_impl == "fsdp2" and fsdp2_unit(self, b) == fsdp2_unit(self, units[-1][0]) \
+            if units and self.layout.zero_impl == "fsdp2" and fsdp2_unit(self.model, b) == fsdp2_unit(self.model, units[-1][0]) \
                     and units[-1][1] == b:
                 units[-1] = (units[-1][0], b + 1)  # the MLP joins its layer's attention
             else:

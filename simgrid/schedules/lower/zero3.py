@@ -4,7 +4,7 @@ Rajbhandari et al. 2020 (ZeRO), section 5.3: each rank keeps 1/dp of every param
 runs (forward, recompute or backward) its parameters are all-gathered over the data-parallel group into
 a buffer released after use, and each gradient is reduce-scattered so each rank keeps only its shard.
 *What* is gathered at once, how far ahead and when it is released follows the implementation named by
-``layout.zero_impl`` (:mod:`simgrid.schedules.lower.zero3_impl`):
+``layout.zero_impl`` (:mod:`simgrid.model.zero3_units`):
 
 * ``deepspeed``: one gather per parameter-owning module (Megatron's fused QKV, output projection,
   the two MLP matrices, embeddings, output layer), prefetching along the recorded module order until
@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 
 from simgrid.ir.ops import Alloc, Collective, Compute, Free, Op, Wait
 from simgrid.layout.mesh import Mesh
+from simgrid.memory.buffers import zero3_grad_bytes
 from simgrid.model.blocks import block_kind
-from simgrid.schedules.buckets import block_grad_bytes
+from simgrid.model.zero3_units import DEEPSPEED, FSDP2, block_modules, fsdp2_unit, partitioned_modules, unit_params
 from simgrid.schedules.lower.context import LoweringContext, Role
-from simgrid.schedules.lower.zero3_impl import DEEPSPEED, FSDP2, block_modules, fsdp2_unit, partitioned_modules
 
 _Pos = tuple[int, int]  # (step index, op index in the step)
 _BACKWARD = ("B", "I", "W")
@@ -73,34 +73,6 @@ class _Call:
     count: int = 1
 
 
-def tied_head_params(ctx: LoweringContext, block: int) -> int:
-    """Parameters the head block reads but does not own: the tied word embedding, when the head shares
-    the embedding block's matrix on the same rank (pp = 1; with pp > 1 the head's cost already counts
-    Megatron's duplicate copy). ZeRO-3 gathers it with the head and reduce-scatters its gradient there."""
-    head = 2 * ctx.model.num_layers + 1
-    if block != head or not ctx.model.tied_embeddings or ctx.layout.pp > 1:
-        return 0
-    from simgrid.model import params
-
-    return params.word_embedding_params(ctx.model, ctx.layout.tp)
-
-
-def unit_params(ctx: LoweringContext, blocks: tuple[int, ...]) -> int:
-    """Parameters an FSDP2 unit gathers: its blocks' own, the tied embedding once (the root holds both
-    the embedding and the head that reads it)."""
-    own = sum(ctx.cost(b).param_count for b in blocks)
-    return own + (0 if 0 in blocks else sum(tied_head_params(ctx, b) for b in blocks))
-
-
-def unit_grad_bytes(ctx: LoweringContext, blocks: tuple[int, ...]) -> int:
-    """Unsharded gradient bytes of the blocks of one reduce-scatter (the tied embedding's once)."""
-    from simgrid.memory.states import state_bytes_per_param
-
-    own = sum(block_grad_bytes(ctx.model, ctx.layout, b) for b in blocks)
-    tied = 0 if 0 in blocks else sum(tied_head_params(ctx, b) for b in blocks)
-    return own + tied * state_bytes_per_param(ctx.layout).grads
-
-
 def _compute_positions(role: Role) -> list[tuple[_Pos, Compute]]:
     return [((si, oi), op) for si, step in enumerate(role) if step.action is not None
             for oi, op in enumerate(step.ops) if isinstance(op, Compute)]
@@ -114,15 +86,15 @@ def _fsdp2_uses(ctx: LoweringContext, role: Role) -> list[_Use]:
     """One use per run of consecutive compute ops of one step on one FSDP2 unit."""
     uses: list[_Use] = []
     for pos, op in _compute_positions(role):
-        unit = fsdp2_unit(ctx, op.block_start)
+        unit = fsdp2_unit(ctx.model, op.block_start)
         key = "+".join(map(str, unit))
         if uses and uses[-1].key == key and uses[-1].step == pos[0]:
             uses[-1].last = pos
             continue
-        numel = unit_params(ctx, unit)
+        numel = unit_params(ctx.model, ctx.layout, unit)
         uses.append(_Use(key=key, blocks=unit, numel=numel, first=pos, last=pos, step=pos[0],
                          layer=_layer(ctx, op.block_start), recompute=op.kind == "R"))
-    root = "+".join(map(str, fsdp2_unit(ctx, 0)))
+    root = "+".join(map(str, fsdp2_unit(ctx.model, 0)))
     for i, use in enumerate(uses):
         later_same_step = any(u.key == use.key and u.step == use.step for u in uses[i + 1:])
         forward = role[use.step].action.kind == "F"  # type: ignore[union-attr]
@@ -136,7 +108,7 @@ def _deepspeed_uses(ctx: LoweringContext, role: Role) -> list[_Use]:
     uses: list[_Use] = []
     for pos, op in _compute_positions(role):
         for block in range(op.block_start, op.block_end):
-            mods = partitioned_modules(ctx, block)
+            mods = partitioned_modules(ctx.model, ctx.layout, block)
             if op.kind in _BACKWARD:
                 mods = mods[::-1]
             for key, numel in mods:
@@ -266,15 +238,15 @@ def _reduce_groups(ctx: LoweringContext, role: Role) -> list[tuple[tuple[int, ..
             first = first or pos
             pending += blocks
             if fsdp2:
-                unit = fsdp2_unit(ctx, op.block_start)
+                unit = fsdp2_unit(ctx.model, op.block_start)
                 unit_first.setdefault(unit, pos)
-                if not any(fsdp2_unit(ctx, o.block_start) == unit for _, o in ops[index + 1:]):
+                if not any(fsdp2_unit(ctx.model, o.block_start) == unit for _, o in ops[index + 1:]):
                     groups.append((unit, 1, unit_first.pop(unit), pos))
                 pending, first = [], None
                 continue
             flushes = 0
             for block in blocks:
-                for _, tensors in block_modules(ctx, block)[::-1]:
+                for _, tensors in block_modules(ctx.model, ctx.layout, block)[::-1]:
                     for numel in tensors[::-1]:
                         if bucket and bucket + numel > DEEPSPEED.reduce_bucket_numel:
                             flushes += 1
@@ -344,7 +316,7 @@ def add_zero3(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
             role[last_step].ops.extend(previous)  # the step's last reduce-scatter, waited at its end
             previous = []
         grad = f"zero3-grad:r{index}"
-        size = unit_grad_bytes(ctx, blocks)
+        size = zero3_grad_bytes(ctx.model, ctx.layout, blocks)
         buffer = size
         if ctx.layout.zero_impl == "deepspeed":
             # DeepSpeed copies gradients into its reduce bucket (contiguous_gradients): the buffer is the

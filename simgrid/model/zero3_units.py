@@ -1,8 +1,9 @@
 """ZeRO-3 as frameworks implement it: DeepSpeed ZeRO stage 3 and PyTorch FSDP2, with their defaults.
 
 The two differ in what they gather at once, how far ahead, when they release, and how they bucket
-gradient reductions. :mod:`simgrid.schedules.lower.zero3` turns these settings into IR ops; nothing here
-is a cost factor.
+gradient reductions. :mod:`simgrid.schedules.lower.zero3` turns these settings into IR ops and
+:mod:`simgrid.memory.buffers` sizes their buffers; nothing here is a cost factor. The module lives with
+the model because what it needs is the model's tensor inventory per sub-block.
 
 DeepSpeed ZeRO-3 (Rajbhandari et al. 2020, section 5.3; the code: ``deepspeed/runtime/zero/
 partitioned_param_coordinator.py`` and ``config.py`` at deepspeedai/DeepSpeed 1b88ac3): hooks on every
@@ -34,13 +35,11 @@ NCCL stream serialises them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from simgrid.layout.spec import Layout
 from simgrid.model import params
 from simgrid.model.blocks import block_kind
-
-if TYPE_CHECKING:
-    from simgrid.schedules.lower.context import LoweringContext
+from simgrid.model.spec import ModelSpec
 
 ZERO_IMPLS: tuple[str, ...] = ("deepspeed", "fsdp2")
 """Named ZeRO-3 implementations (``Layout.zero_impl``, CLI ``--zero-impl``)."""
@@ -79,10 +78,10 @@ def _linear(weight: int, bias: int) -> list[int]:
     return [weight, bias] if bias else [weight]
 
 
-def block_modules(ctx: LoweringContext, block: int) -> list[tuple[str, list[int]]]:
+def block_modules(model: ModelSpec, layout: Layout, block: int) -> list[tuple[str, list[int]]]:
     """The parameter-owning modules of a sub-block on one tensor-parallel rank, in forward order:
     (name, element counts of its tensors). Megatron's module split (fused QKV, fused gate/up)."""
-    model, tp = ctx.model, ctx.layout.tp
+    tp = layout.tp
     kind, _ = block_kind(model, block)
     h = model.hidden_size
     norm = [params.norm_params(model)]
@@ -93,7 +92,7 @@ def block_modules(ctx: LoweringContext, block: int) -> list[tuple[str, list[int]
         return mods
     if kind == "head":
         mods = [("norm", norm)]
-        if not model.tied_embeddings or ctx.layout.pp > 1:
+        if not model.tied_embeddings or layout.pp > 1:
             mods.append(("output", [params.word_embedding_params(model, tp)]))
         return mods
     if kind == "attn":
@@ -105,7 +104,7 @@ def block_modules(ctx: LoweringContext, block: int) -> list[tuple[str, list[int]
             ("fc2", _linear((model.ffn_size // tp) * h, h if model.bias else 0))]
 
 
-def partitioned_modules(ctx: LoweringContext, block: int) -> list[tuple[str, int]]:
+def partitioned_modules(model: ModelSpec, layout: Layout, block: int) -> list[tuple[str, int]]:
     """DeepSpeed: (module key, partitioned elements) of a block's modules that have any partitioned
     tensor; tensors under the persistence threshold stay whole on every rank and are never gathered.
 
@@ -113,14 +112,14 @@ def partitioned_modules(ctx: LoweringContext, block: int) -> list[tuple[str, int
     no tensor over the threshold is one module ``b<block>:whole`` of all its elements."""
     out: list[tuple[str, int]] = []
     threshold = DEEPSPEED.persistence_numel
-    modules = block_modules(ctx, block)
+    modules = block_modules(model, layout, block)
     for name, tensors in modules:
         numel = sum(t for t in tensors if t >= threshold)
         if numel:
             out.append((f"b{block}:{name}", numel))
-    kind, _ = block_kind(ctx.model, block)
-    tied = kind == "head" and ctx.model.tied_embeddings and ctx.layout.pp == 1
-    word = params.word_embedding_params(ctx.model, ctx.layout.tp)
+    kind, _ = block_kind(model, block)
+    tied = kind == "head" and model.tied_embeddings and layout.pp == 1
+    word = params.word_embedding_params(model, layout.tp)
     if tied and word >= threshold:
         out.append(("b0:word", word))
     if not out:
@@ -130,9 +129,26 @@ def partitioned_modules(ctx: LoweringContext, block: int) -> list[tuple[str, int
     return out
 
 
-def fsdp2_unit(ctx: LoweringContext, block: int) -> tuple[int, ...]:
+def fsdp2_unit(model: ModelSpec, block: int) -> tuple[int, ...]:
     """FSDP2: the blocks of the gather unit that holds ``block`` (its layer, or the root)."""
-    kind, layer = block_kind(ctx.model, block)
+    kind, layer = block_kind(model, block)
     if kind in ("embed", "head"):
-        return (0, 2 * ctx.model.num_layers + 1)
+        return (0, 2 * model.num_layers + 1)
     return (1 + 2 * layer, 2 + 2 * layer)
+
+
+def tied_head_params(model: ModelSpec, layout: Layout, block: int) -> int:
+    """Parameters the head block reads but does not own: the tied word embedding, when the head shares
+    the embedding block's matrix on the same rank (pp = 1; with pp > 1 the head's cost already counts
+    Megatron's duplicate copy). ZeRO-3 gathers it with the head and reduce-scatters its gradient there."""
+    head = 2 * model.num_layers + 1
+    if block != head or not model.tied_embeddings or layout.pp > 1:
+        return 0
+    return params.word_embedding_params(model, layout.tp)
+
+
+def unit_params(model: ModelSpec, layout: Layout, blocks: tuple[int, ...]) -> int:
+    """Parameters an FSDP2 unit gathers: its blocks' own, the tied embedding once (the root holds both
+    the embedding and the head that reads it)."""
+    own = sum(params.block_params_on_rank(model, layout, b) for b in blocks)
+    return own + (0 if 0 in blocks else sum(tied_head_params(model, layout, b) for b in blocks))
