@@ -104,7 +104,7 @@ class RankState(StepRecorder):
         self.pending: dict[str, tuple[Op, Pending]] = {}
         #: Block -> ZeRO-3 gathers of its parameters not yet freed; FREE name -> block gathered under it.
         self.zero3_live: dict[int, int] = {}
-        self.zero3_handles: dict[str, int] = {}
+        self.zero3_handles: dict[str, tuple[int, ...]] = {}
         #: Live bytes of the IR's ALLOCs; ALLOC name -> bytes.
         self.live_bytes = 0
         self.alloc_sizes: dict[str, int] = {}
