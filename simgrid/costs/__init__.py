@@ -1,6 +1,6 @@
-"""Cost models: compute time (roofline), collective time (alpha-beta on the topology's bottleneck links,
-ring / tree / hierarchical), point-to-point and host transfers. Every formula cites its source in its
-module."""
+"""Cost models: compute time (roofline), collective time (NCCL's alpha-beta tuner model with the bandwidth
+of the topology's bottleneck links: ring, tree, NVLS, PAT; protocols LL, LL128, Simple), point-to-point
+and host transfers. Every formula cites its source in its module."""
 
 from simgrid.costs.attention import attention_table, fused_attention_time_s
 from simgrid.costs.collectives import (
@@ -8,6 +8,7 @@ from simgrid.costs.collectives import (
     NCCL_BASE_LATENCY_US,
     base_latency_s,
     bus_bandwidth_GBps,
+    choose,
     choose_algorithm,
     collective_phases,
     collective_time_s,
@@ -35,6 +36,7 @@ __all__ = [
     "attention_table",
     "base_latency_s",
     "bus_bandwidth_GBps",
+    "choose",
     "choose_algorithm",
     "collective_phases",
     "collective_time_s",
