@@ -455,7 +455,8 @@ _DEV_GROUPS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
      "eager element-wise kernels are priced"),
     ("torchtitan A100", lambda r: r.row.startswith("titan-a100"),
      "optimistic; the selective-op rows also omit their recompute"),
-    ("NeMo AutoModel H100", lambda r: r.row.startswith("automodel"), "within its target"),
+    ("NeMo AutoModel H100", lambda r: r.row.startswith("automodel"),
+     "FSDP2 with context parallelism, Transformer Engine kernels and full checkpointing"),
 )
 
 
