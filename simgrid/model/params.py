@@ -22,7 +22,6 @@ from simgrid.model.moe import (
 from simgrid.model.spec import ModelSpec
 
 
-
 def qkv_width(model: ModelSpec, tp: int = 1) -> int:
     """Output width of the fused QKV projection on one tensor-parallel rank (GQA: fewer K/V heads)."""
     if tp == 1:
