@@ -15,6 +15,8 @@ EPILOG = """examples:
   simgrid simulate --model gpt3-175b --cluster dgx-a100-hdr --gpus 1024 --tp 8 --pp 8 --mbs 1 --gbs 1536
   simgrid simulate --model llama2-7b --cluster dgx-a100-hdr --gpus 8 --tp 2 --pp 2 --gbs 64 \\
       --json --trace step.json --gantt step.png
+  simgrid simulate --model mixtral-8x22b --cluster dgx-h100-ndr --gpus 128 --tp 2 --pp 8 --ep 8 --etp 1 \\
+      --sequence-parallel --flash-attention --zero 1 --gbs 256
 """
 
 
@@ -76,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
 def _layout_line(result: SimulationResult) -> str:
     lay = result.layout
     parts = [f"dp {lay.dp}", f"tp {lay.tp}", f"pp {lay.pp}"] + ([f"cp {lay.cp}"] if lay.cp > 1 else [])
+    if result.model.moe is not None:
+        parts.append(f"ep {lay.ep}, etp {lay.expert_tp}")
     if lay.vpp > 1:
         parts.append(f"vpp {lay.vpp}")
     parts += [f"mbs {lay.micro_batch_size}", f"gbs {lay.gbs} (m = {lay.num_microbatches})", f"{lay.schedule}"]
@@ -112,7 +116,7 @@ def _tflops(x: float) -> str:
 def format_report(result: SimulationResult) -> str:
     """The human-readable report: aligned labels, one fact per line."""
     m = result.metrics
-    kinds = ("tp", "cp", "pp", "dp") if result.layout.cp > 1 else ("tp", "pp", "dp")
+    kinds = ("tp",) + (("cp",) if result.layout.cp > 1 else ()) + (("ep",) if result.model.moe else ()) + ("pp", "dp")
     exposed = "  ".join(f"{k} {_seconds(m.exposed_comm_s.get(k, 0.0))}" for k in kinds)
     verdict = "fits" if m.fits else "DOES NOT FIT"
     share = m.peak_memory_bytes / m.memory_capacity_bytes if m.memory_capacity_bytes else float("inf")

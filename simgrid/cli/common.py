@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -45,6 +46,9 @@ def add_model_args(parser: argparse.ArgumentParser, *, default_model: str | None
     )
     group.add_argument("--params", type=positive_number, help="a GPT-style model of about N parameters, e.g. 7e9")
     parser.add_argument("--seq", type=positive_int, help="sequence length in tokens (default: the model's)")
+    parser.add_argument("--moe-imbalance", type=float, metavar="X",
+                        help="MoE models: tokens the busiest expert-parallel rank receives over the mean (>= 1; "
+                        "default: the model's, 1.0 = balanced)")
 
 
 def add_layout_args(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +59,9 @@ def add_layout_args(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--cp", type=positive_int, default=1,
                    help="context-parallel degree: each rank holds seq/cp tokens of every sequence (default 1)")
     g.add_argument("--dp", type=positive_int, help="data-parallel degree (default: gpus / (tp*pp*cp), or 1)")
+    g.add_argument("--ep", type=positive_int, default=1,
+                   help="expert-parallel degree (MoE models; experts fold over the tp*cp*dp ranks, default 1)")
+    g.add_argument("--etp", type=positive_int, help="expert tensor-parallel degree (MoE models; default: tp)")
     g.add_argument("--vpp", type=positive_int, default=1, help="model chunks per pipeline rank (default 1)")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=0, help="ZeRO stage (default 0)")
     g.add_argument("--mbs", type=positive_int, default=1, help="micro-batch size in sequences (default 1)")
@@ -99,6 +106,11 @@ def model_from_args(args: argparse.Namespace) -> ModelSpec:
         model = _model_from_file(name) if name.endswith(".json") else get_model(name)
     if getattr(args, "seq", None):
         model = model.with_seq_length(args.seq)
+    imbalance = getattr(args, "moe_imbalance", None)
+    if imbalance is not None:
+        if model.moe is None:
+            raise ModelError(f"--moe-imbalance applies to MoE models; {model.name!r} has no experts; drop the flag")
+        model = dataclasses.replace(model, moe=dataclasses.replace(model.moe, load_imbalance=imbalance))
     return model
 
 
@@ -127,6 +139,8 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None) -> La
         tp=args.tp,
         pp=args.pp,
         cp=cp,
+        ep=getattr(args, "ep", 1),
+        etp=getattr(args, "etp", None),
         vpp=args.vpp,
         zero=args.zero,
         micro_batch_size=args.mbs,
