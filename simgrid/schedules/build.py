@@ -10,8 +10,10 @@ Passes, in order (each in :mod:`simgrid.schedules.lower`, each with its own test
    per bucket on the last micro-batch; :func:`~.data_parallel.add_zero2_grad_sync` - ZeRO-2 per micro-batch;
 6. :func:`~.tensor_parallel.add_tensor_parallel` - Megatron TP collectives around compute ops;
    :func:`~.tensor_parallel.add_context_parallel` - context-parallel K/V all-gathers around attention;
-   :func:`~.moe.add_expert_parallel` - dispatch/combine all-to-alls around MoE sub-blocks, and
-   :func:`~.moe.add_expert_grad_sync` - the routed experts' gradient sync over the expert data-parallel group;
+   :func:`~.moe.add_expert_parallel` - dispatch/combine all-to-alls around MoE sub-blocks (placed, like the
+   TP collectives, right next to their compute op, so ahead of the gradient syncs of step 5 and of
+   :func:`~.moe.add_expert_grad_sync`, which syncs the routed experts' gradients over the expert
+   data-parallel group and runs with step 5);
 7. :func:`~.p2p.add_pipeline_p2p` - pipeline SEND/RECV placed deadlock-free (all pipeline ranks at once);
 8. :func:`~.optimizer.add_step_end` - grad-sync waits, sequence-parallel partial-gradient all-reduce
    (:func:`~.tensor_parallel.sp_grad_sync`), tied-embedding sync, optimizer (offload), param sync;
@@ -63,10 +65,10 @@ def build_roles(ctx: LoweringContext) -> list[Role]:
         role = add_zero3(ctx, role, pp_rank)
         role = add_overlapped_grad_sync(ctx, role, pp_rank)
         role = add_zero2_grad_sync(ctx, role, pp_rank)
+        role = add_expert_grad_sync(ctx, role, pp_rank)
         role = add_tensor_parallel(ctx, role, pp_rank)
         role = add_context_parallel(ctx, role, pp_rank)
         role = add_expert_parallel(ctx, role, pp_rank)
-        role = add_expert_grad_sync(ctx, role, pp_rank)
         roles.append(role)
     return add_pipeline_p2p(ctx, roles)
 
