@@ -39,6 +39,7 @@ NOTEBOOK_NAMES = (
     "zero3_vs_3d",
     "moe",
     "predicted_vs_measured",
+    "serving",
 )
 
 _CELL_MARKER = re.compile(r"^# %%( \[markdown\])?\s*$")

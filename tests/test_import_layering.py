@@ -192,7 +192,7 @@ def test_simgrid_never_imports_executor(project_graph: Graph) -> None:
 EXECUTOR_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry points", ("executor", "executor.cli", "executor.runner", "executor.validate", "executor.calibrate",
                       "executor.commbench", "executor.hostprobe", "executor.profilefit", "executor.costmodel",
-                      "executor.reference", "executor.collectives")),
+                      "executor.reference", "executor.collectives", "executor.generate")),
     ("interpreter", ("executor.interpreter",)),
     ("op handlers", ("executor.handlers", "executor.handlers.*")),
     ("rank state", ("executor.state", "executor.recorder")),

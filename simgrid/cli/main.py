@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "cmd_simulate",
     "cmd_sweep",
     "cmd_memory",
+    "cmd_serve",
     "cmd_schedule",
     "cmd_program",
     "cmd_plot",
