@@ -68,3 +68,14 @@ def test_bad_expert_flags_exit_2_with_one_line(argv: list[str], message: str,
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert message in err and "Traceback" not in err
+
+
+def test_models_lists_experts_and_active_parameters(capsys: pytest.CaptureFixture[str]) -> None:
+    """`simgrid models` shows experts and top-k; --json adds active_params, below params for a MoE model."""
+    assert main(["models"]) == 0
+    line = next(li for li in capsys.readouterr().out.splitlines() if li.startswith("mixtral-8x7b "))
+    assert line.endswith("8 top-2")
+    assert main(["models", "--json"]) == 0
+    models = {m["name"]: m for m in json.loads(capsys.readouterr().out)}
+    assert models["mixtral-8x7b"]["active_params"] < models["mixtral-8x7b"]["params"]
+    assert models["llama2-7b"]["active_params"] == models["llama2-7b"]["params"]
