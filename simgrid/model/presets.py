@@ -41,6 +41,7 @@ Sources of the shapes:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 
@@ -177,13 +178,22 @@ _WIDTH_FAMILY: tuple[tuple[int, int, int], ...] = (
 MIN_PARAMS_FOR_SHAPE = 50_000_000
 
 
+#: MLP-width step :func:`model_from_params` moves in: 16 keeps the width divisible by every tensor-parallel
+#: degree up to 16 (two 8-GPU nodes; the layout search keeps tp within a node).
+FFN_STEP = 16
+
+
 def model_from_params(n_params: float) -> ModelSpec:
-    """A GPT-style model (Megatron recipe, V = 51200, s = 2048) with about ``n_params`` parameters.
+    """A GPT-style model (Megatron recipe, V = 51200, s = 2048) with ``n_params`` parameters, as closely as
+    its shape allows.
 
     Rule: take the reference shape (GPT-2 small/medium/large or an SC'21 Table 1 row) whose own parameter
     count is nearest to ``n_params`` on a log scale, keep its width and head count, and choose the layer
-    count (at least 1) that brings the total closest to ``n_params``. The result is within half a layer
-    (``~12h^2`` parameters, under 3% for every size above 1B) of the request.
+    count (at least 1) that brings the total closest to ``n_params``; then move the MLP width off ``4h`` in
+    steps of :data:`FFN_STEP` to close the rest. What is left is at most half of
+    :func:`params_granularity` (``L * 16 * (2h + 1)`` parameters: 0.03% of 7.5B) instead of half a layer
+    (``12 h^2``: 2.7% of 7.5B). ``--params 7.5e9`` is 7,500,820,416 parameters (MLP width 16496), not
+    the 7.47B of the SC'21 row whose width and depth it borrows.
     """
     if isinstance(n_params, bool) or not isinstance(n_params, (int, float)) or not math.isfinite(n_params):
         raise ModelError(f"--params = {n_params!r} must be a number of parameters such as 7e9")
@@ -202,7 +212,23 @@ def model_from_params(n_params: float) -> ModelSpec:
     per_layer = param_count(two_layers) - param_count(one_layer)
     fixed = param_count(one_layer) - per_layer
     layers = max(1, round((n_params - fixed) / per_layer))
-    return _gpt(f"gpt-{_short(n_params)}", layers, hidden, heads)
+    base = _gpt(f"gpt-{_short(n_params)}", layers, hidden, heads)
+    step = params_granularity(base)
+    ffn = 4 * hidden + FFN_STEP * round((n_params - param_count(base)) / step)
+    return dataclasses.replace(base, ffn_hidden_size=max(FFN_STEP, ffn))
+
+
+def params_granularity(model: ModelSpec) -> int:
+    """Parameters one :data:`FFN_STEP` of MLP width adds to ``model`` (the resolution of ``--params``)."""
+    wider = dataclasses.replace(model, ffn_hidden_size=model.ffn_size + FFN_STEP)
+    return param_count(wider) - param_count(model)
+
+
+def params_note(model: ModelSpec, asked: float) -> str:
+    """How close ``model`` is to the ``asked`` count, and the step the shape moves in."""
+    count = param_count(model)
+    return (f"asked {asked:.4g}: off by {count - asked:+,.0f} ({(count - asked) / asked:+.3%}); the shape "
+            f"moves in steps of {params_granularity(model):,} (MLP width {model.ffn_size} in steps of {FFN_STEP})")
 
 
 def _short(n_params: float) -> str:
