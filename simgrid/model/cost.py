@@ -18,7 +18,8 @@ from simgrid.model.comm import TPCollective, block_cp_collectives, block_tp_coll
 from simgrid.model.flops import block_flops
 from simgrid.model.gemms import Gemm, block_gemms
 from simgrid.model.kernels import block_kernels
-from simgrid.model.params import block_params_on_rank
+from simgrid.model.moe import EPCollective, moe_collectives
+from simgrid.model.params import block_params_on_rank, expert_params_on_rank
 from simgrid.model.spec import ModelSpec
 
 GRAD_ACCUM_BYTES_PER_PARAM = 6
@@ -82,6 +83,15 @@ class BlockCost:
     """Matrix multiplies the recompute forward reruns (same rule as ``recompute_flops``)."""
     attention_shape: tuple[int, int, int] = (0, 0, 0)
     """``(query tokens, key tokens, head dim)`` of the fused attention core; zeros without one."""
+    gemms_known: bool = True
+    """False when the GEMM lists above are not given (MoE sub-blocks): ops containing the block are priced
+    at their representative shape."""
+    expert_param_count: int = 0
+    """Of ``param_count``, the routed experts' parameters (synced and ZeRO-sharded over the expert
+    data-parallel group); 0 outside MoE sub-blocks."""
+    ep_comm: tuple[EPCollective, ...] = ()
+    """Expert-parallel collectives (dispatch/combine all-to-alls, expert-TP gathers); empty unless the block is
+    a MoE sub-block with ep or etp > 1."""
 
     @property
     def bwd_flops(self) -> float:
@@ -99,7 +109,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
     check_layout(model, layout)
     kind, _ = block_kind(model, block)
     flops = block_flops(model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
-                        flash_attention=layout.flash_attention, cp=layout.cp)
+                        flash_attention=layout.flash_attention, cp=layout.cp, etp=layout.expert_tp)
     kernels = block_kernels(model, layout, block)
     transformer = kind in ("attn", "mlp")
     if layout.recompute == "full" and transformer:
@@ -111,7 +121,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
     activations = block_activation_bytes(
         model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
         sequence_parallel=layout.sequence_parallel, recompute=layout.recompute, dtype_bytes=layout.param_bytes,
-        flash_attention=layout.flash_attention, cp=layout.cp,
+        flash_attention=layout.flash_attention, cp=layout.cp, etp=layout.expert_tp,
     )
     # A fused core's FLOPs are priced at the GPU's attention-kernel efficiency (simgrid.costs.compute); the
     # unfused core's batched GEMMs keep the GEMM efficiency plus their s x s operand traffic (kernels.py).
@@ -133,6 +143,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         bwd_weight_gemms=gemms.bwd_weight,
         recompute_gemms=re_gemms,
         attention_shape=shape,
+        gemms_known=gemms.known,
         fused_attention_fwd_flops=fused_fwd,
         fused_attention_bwd_flops=fused_bwd,
         fused_attention_recompute_flops=fused_fwd if reruns else 0.0,
@@ -151,4 +162,6 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         cp_comm=block_cp_collectives(model, layout, block),
         recompute_hbm_bytes=re_bytes,
         recompute_kernels=re_kernels,
+        expert_param_count=expert_params_on_rank(model, layout, block),
+        ep_comm=moe_collectives(model, layout, block),
     )

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from simgrid.layout.spec import Layout
 from simgrid.model.blocks import block_kind, local_q_heads, local_seq_length, local_vocab
+from simgrid.model.moe import is_moe_block
 from simgrid.model.params import mlp_in_width, qkv_width
 from simgrid.model.spec import ModelSpec
 
@@ -44,6 +45,9 @@ class BlockGemms:
     """Weight-gradient backward (W)."""
     core_fwd: tuple[Gemm, ...] = ()
     """The unfused attention core's forward GEMMs (what selective recompute reruns)."""
+    known: bool = True
+    """False when the block's GEMMs are not listed (a MoE sub-block's grouped expert GEMMs): the ops that
+    contain it are priced at one representative shape instead."""
 
 
 def _linear(tokens: int, h_in: int, h_out: int) -> tuple[Gemm, Gemm, Gemm]:
@@ -59,6 +63,8 @@ def block_gemms(model: ModelSpec, layout: Layout, block: int) -> BlockGemms:
     tokens = layout.micro_batch_size * s_q
     if kind == "embed":
         return BlockGemms(fwd=(), bwd_input=(), bwd_weight=())
+    if is_moe_block(model, block):  # router, grouped experts and shared expert: not listed shape by shape
+        return BlockGemms(fwd=(), bwd_input=(), bwd_weight=(), known=False)
     if kind == "head":
         f, i, w = _linear(tokens, h, local_vocab(model, tp))
         return BlockGemms(fwd=(f,), bwd_input=(i,), bwd_weight=(w,))

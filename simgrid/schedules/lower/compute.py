@@ -59,19 +59,22 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
         kernels = 0
         dominant, dominant_flops = (0, 0, 0), -1.0
         shapes: dict[tuple[int, int, int], int] = {}
+        listed = True
         attention_shape = (0, 0, 0)
         for block in range(start, end):
             f, b, k, a, gemms = _block_numbers(ctx, kind, block)
             flops, hbm, kernels, fused = flops + f, hbm + b, kernels + k, fused + a
             for m, n, k_dim, count in gemms:
                 shapes[(m, n, k_dim)] = shapes.get((m, n, k_dim), 0) + count
+            listed = listed and (ctx.cost(block).gemms_known or f == a)
             if a > 0:
                 attention_shape = ctx.cost(block).attention_shape
             if f > dominant_flops:
                 m, n, k_dim = ctx.cost(block).gemm_mnk
                 dominant, dominant_flops = (int(m), int(n), int(k_dim)), f
-        cache[key] = (float(flops), float(hbm), max(1, kernels), dominant, float(fused), _merge(shapes),
-                      attention_shape)
+        # An op holding a block whose GEMMs are not listed (MoE) lists none: one representative shape prices it.
+        cache[key] = (float(flops), float(hbm), max(1, kernels), dominant, float(fused),
+                      _merge(shapes) if listed else (), attention_shape)
     return cache[key]
 
 
