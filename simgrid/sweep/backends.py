@@ -112,7 +112,8 @@ class RayBackend:
         ray = import_ray()
         self._ray = ray
         self._started = False
-        if not ray.is_initialized():
+        check_reachable(address)
+        if not ray.is_initialized():  # else use the Ray this process already joined
             try:
                 ray.init(address=address, include_dashboard=False, log_to_driver=False,
                          **({"num_cpus": workers} if address is None and workers else {}))
@@ -161,16 +162,44 @@ class _RayEvaluator:
             return self.evaluator(task)
 
 
-def make_backend(name: str, args: EvaluatorArgs, *, workers: int | None, address: str | None) -> Any:
-    """The backend called ``name`` (see :data:`BACKENDS`)."""
+def make_backend(name: str, args: EvaluatorArgs, *, workers: int | None, address: str | None,
+                 most: int | None = None) -> Any:
+    """The backend called ``name`` (see :data:`BACKENDS`) with ``workers`` workers (default: every CPU),
+    no more than ``most``."""
     if name not in BACKENDS:
         raise BackendError(f"--backend {name!r} is not one of {', '.join(BACKENDS)}")
     if name == "ray":
-        return RayBackend(args, workers, address)
+        return RayBackend(args, min(workers, most) if workers and most else workers, address)
     if address is not None:
         raise BackendError("--address is for --backend ray; the local backend runs on this machine")
-    count = workers or os.cpu_count() or 1
+    count = min(workers or os.cpu_count() or 1, most or 1 << 30)
     return SerialBackend(args) if count <= 1 else ProcessBackend(args, count)
+
+
+ADDRESS_TIMEOUT_S = 5.0
+"""Seconds to wait for a TCP connection to a Ray head before calling it unreachable (``ray.init`` itself
+retries for minutes)."""
+
+
+def check_reachable(address: str | None, timeout_s: float = ADDRESS_TIMEOUT_S) -> None:
+    """Raise :class:`BackendError` unless ``HOST:PORT`` (or ``ray://HOST:PORT``) accepts a TCP connection;
+    ``None`` and ``"auto"`` (a local start, or the cluster this machine belongs to) are not checked."""
+    if address is None or address == "auto":
+        return
+    import socket
+
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise BackendError(f"--address {address!r} is not HOST:PORT or ray://HOST:PORT (or auto)")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise BackendError(
+            f"--address {address}: cannot reach a Ray cluster ({exc.strerror or type(exc).__name__}); start one "
+            "with `ray start --head` on the head node, or give its address"
+        ) from None
 
 
 def import_ray() -> Any:

@@ -238,8 +238,8 @@ def sweep_layouts(
     bar = ProgressBar(len(candidates), label="layouts decided", enabled=None if progress else False)
     engine = None
     try:
-        engine = make_backend(backend, evaluator_args, workers=min(workers or 10**9, max(1, len(candidates))),
-                              address=address) if candidates else None
+        engine = make_backend(backend, evaluator_args, workers=workers, address=address,
+                              most=len(candidates)) if candidates else None
         bounds = None
         if bounded and candidates:
             with collector_paused():
