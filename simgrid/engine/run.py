@@ -135,14 +135,16 @@ def _run(program: Program, cluster: Cluster | None, *, mode: str, comm_model: st
     multiplicity = dict(plan.multiplicity)
     interp: Interpreter | FastLoop | None = None
     if engine != "simpy" and comm_model == "fast":
+        interp = FastLoop(program, durations, plan.simulated, speed_factors=speeds, multiplicity=multiplicity)
         try:
-            interp = FastLoop(program, durations, plan.simulated, speed_factors=speeds, multiplicity=multiplicity)
+            interp.run()
         except UnsupportedProgram:
             if engine == "fast":
                 raise
+            interp = None  # an op the fast loop does not know: the SimPy interpreter is the reference
     if interp is None:
         interp = Interpreter(program, durations, plan.simulated, comm_model=comm_model, speed_factors=speeds)
-    interp.run()
+        interp.run()
     trace = Trace(interp.rows, meta={
         "source": "simgrid.engine",
         "world_size": world,

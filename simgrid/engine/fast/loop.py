@@ -33,8 +33,8 @@ from simgrid.trace import TraceRow, p2p_match_id
 _row: Any = tuple.__new__
 """``_row(TraceRow, (every field))``: a row without the named tuple's Python-level ``__new__``."""
 
-_KNOWN_OPS = frozenset({Compute, Wait, Alloc, Free, Collective, Send, Recv, Transfer})
-"""IR op classes this loop handles; any other class is refused before the run starts."""
+_ROWLESS = frozenset({Alloc, Free, Wait})
+"""Op classes that make no trace row by themselves (a WAIT's row needs a communication op as well)."""
 
 _PIPELINE_KINDS = frozenset({"F", "B", "I", "W", "R"})
 
@@ -49,7 +49,8 @@ class UnsupportedProgram(SimulationError):
 
 
 class _Rank:
-    __slots__ = ("busy", "c_left", "c_op", "c_rate", "c_seg", "c_start", "c_ver", "coll_seq", "handles", "inflight",
+    __slots__ = ("busy", "c_left", "c_op", "c_rate", "c_seg", "c_start", "c_ver", "coll_seq", "durations", "handles",
+                 "inflight",
                  "live", "mem", "mem_peak", "mem_total", "n", "ops", "ptr", "rank", "speed", "streams", "wait_op",
                  "wait_start", "waiting", "weight")
 
@@ -76,6 +77,12 @@ class _Rank:
         self.mem_total = 0
         self.mem_peak = 0
         self.busy: float | None = None  # pipeline compute seconds (None until the first F/B/I/W/R op)
+        self.durations: dict[int, float] | None = None  # compute seconds by op identity at this rank's speed
+
+
+def has_rows(ops: tuple[Op, ...]) -> bool:
+    """Whether a rank's ops make trace rows (any compute or communication op; stops at the first)."""
+    return any(type(op) not in _ROWLESS for op in ops)
 
 
 class FastLoop:
@@ -91,21 +98,14 @@ class FastLoop:
         weights = multiplicity or {}
         self.states: dict[int, _Rank] = {}
         for r in simulated:
-            ops = program.ranks[r]
-            unknown = set(map(type, ops)) - _KNOWN_OPS
-            if unknown:
-                names = ", ".join(sorted(t.__name__ for t in unknown))
-                raise UnsupportedProgram(
-                    f"rank {r} issues {names} ops, which the fast engine does not handle; simulate with "
-                    "engine='simpy'"
-                )
-            self.states[r] = _Rank(r, ops, speed_factors.get(r, 1.0), weights.get(r, 1))
+            self.states[r] = _Rank(r, program.ranks[r], speed_factors.get(r, 1.0), weights.get(r, 1))
         self.keep_rows = rows
         self.rows: list[TraceRow] = []
         self.makespan_s = 0.0
         self.now = 0.0
+        # SimPy orders events by (time, priority, insertion counter); every event here has the same
+        # priority, so (time, counter) reproduces its order, ties included.
         self._heap: list[tuple[Any, ...]] = []
-        self._eid = 0
         self._pending: dict[Any, list[Any]] = {}
         self._expected: dict[str, int] = {}
         # Aggregates for the step metrics (kept in trace order so sums round exactly as the metrics do).
@@ -119,189 +119,297 @@ class FastLoop:
 
     # -- driver ------------------------------------------------------------------------------------
     def run(self) -> None:
-        for st in self.states.values():
-            self._advance(st)
-        heap = self._heap
-        finish = self._finish
-        compute_done = self._compute_done
+        """Run every simulated rank to its last op (raises :class:`SimulationError` on a deadlock)."""
+        # One function with closures over locals: the interpreter's small methods, attribute lookups and
+        # calls cost more than the work they do at millions of ops. The statements are the interpreter's,
+        # in its order (see the module docstring); only their packaging differs.
+        heap: list[tuple[Any, ...]] = self._heap
+        states = self.states
+        pending = self._pending
+        expected_of = self._expected
+        keep_rows = self.keep_rows
+        rows = self.rows
+        waits = self.waits
+        busy_order = self.busy_order
+        slowdown = self.slowdown
+        retime = bool(slowdown)
+        slow_rate = 1.0 - slowdown
+        durations = self.durations
+        compute_s, collective_s, p2p_s, transfer_s = (durations.compute, durations.collective, durations.p2p,
+                                                       durations.transfer)
+        by_speed: dict[float, dict[int, float]] = {}
+        pipeline_kinds = _PIPELINE_KINDS
+        now = 0.0
+        eid = 0
+        makespan = 0.0
+        flops_total = 0.0
+        window_start, window_end = float("inf"), float("-inf")
+
+        def compute_row(st: _Rank, op: Any, start: float, end: float) -> None:
+            nonlocal makespan, flops_total, window_start, window_end
+            if keep_rows:
+                rows.append(_row(TraceRow, (st.rank, "host" if op.device == "cpu" else "compute", op, op.kind,
+                                            "compute", start, end, 0, float(op.flops), op.stage, op.microbatch,
+                                            "", 0.0)))
+            if end > makespan:
+                makespan = end
+            # What simgrid.metrics reads from this row: FLOPs, and for F/B/I/W/R the window and busy time.
+            flops = float(op.flops)
+            if flops:
+                flops_total += flops * st.weight
+            if op.kind in pipeline_kinds:
+                if start < window_start:
+                    window_start = start
+                if end > window_end:
+                    window_end = end
+                if st.busy is None:
+                    st.busy = 0.0
+                    busy_order.append(st.rank)
+                st.busy = st.busy + end - start
+
+        def inflight_changed(st: _Rank) -> None:
+            nonlocal eid
+            op = st.c_op
+            if op is None or not slowdown or op.device != "gpu":
+                return
+            rate = slow_rate if st.inflight else 1.0
+            if rate == st.c_rate:
+                return
+            st.c_left = max(st.c_left - (now - st.c_seg) * st.c_rate, 0.0)
+            st.c_seg, st.c_rate = now, rate
+            st.c_ver += 1
+            eid += 1
+            heappush(heap, (now + st.c_left / st.c_rate, eid, st, st.c_ver))
+
+        def start(inst: list[Any]) -> None:
+            nonlocal eid
+            op: Any = inst[0]
+            t = type(op)
+            members = inst[2]
+            if t is Transfer:  # host copies do not slow compute
+                for comm in members:
+                    comm[_C_START] = now
+            else:
+                for comm in members:
+                    comm[_C_START] = now
+                    st = comm[_C_RANK]
+                    st.inflight += 1
+                    if st.inflight == 1 and retime and st.c_op is not None:
+                        inflight_changed(st)
+            if t is Collective:
+                duration = collective_s(op)
+            elif t is Transfer:
+                duration = transfer_s(op, members[0][_C_RANK].rank)
+            else:
+                rank = members[0][_C_RANK].rank
+                duration = p2p_s(op.bytes, rank, op.peer) if t is Send else p2p_s(op.bytes, op.peer, rank)
+            eid += 1
+            heappush(heap, (now + duration, eid, None, inst))
+
+        def ready(comm: list[Any]) -> None:
+            op: Any = comm[_C_OP]
+            t = type(op)
+            if t is Collective:
+                group = op.group
+                expected = expected_of.get(group)
+                if expected is None:
+                    expected = expected_of[group] = self._simulated_members(op, comm[_C_RANK].rank)
+                if expected == 1:
+                    start([op, 1, [comm]])
+                    return
+                key: Any = (group, comm[_C_SEQ])
+            elif t is Send:
+                k = op.key
+                key, expected = (comm[_C_RANK].rank, op.peer, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
+            elif t is Recv:
+                k = op.key
+                key, expected = (op.peer, comm[_C_RANK].rank, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
+            else:
+                start([op, 1, [comm]])
+                return
+            inst = pending.get(key)
+            if inst is None:
+                inst = pending[key] = [op, expected, []]
+            members = inst[2]
+            members.append(comm)
+            if len(members) == inst[1]:
+                del pending[key]
+                start(inst)
+
+        def advance(st: _Rank) -> None:
+            nonlocal eid
+            ops, n, handles, streams, ptr = st.ops, st.n, st.handles, st.streams, st.ptr
+            speed = st.speed
+            cache = st.durations
+            if cache is None:
+                cache = st.durations = by_speed.setdefault(speed, {})
+            while ptr < n:
+                op: Any = ops[ptr]
+                ptr += 1
+                t = type(op)
+                if t is Wait:
+                    comm = handles.get(op.handle)
+                    if comm is None:
+                        st.ptr = ptr
+                        raise SimulationError(
+                            f"rank {st.rank} op {ptr - 1}: WAIT handle={op.handle} names no earlier "
+                            "send, receive, collective or transfer of this rank; validate the program first"
+                        )
+                    if not comm[_C_DONE]:
+                        st.ptr = ptr
+                        st.waiting, st.wait_start, st.wait_op = comm, now, op
+                        return
+                elif t is Alloc:
+                    live = st.live
+                    if op.name in live:
+                        st.ptr = ptr
+                        raise SimulationError(f"rank {st.rank}: ALLOC name={op.name} while a buffer of that name is live")
+                    size = op.bytes
+                    live[op.name] = (size, op.category)
+                    if keep_rows:
+                        st.mem.append((now, size, op.category))
+                    total = st.mem_total = st.mem_total + size
+                    if total > st.mem_peak:
+                        st.mem_peak = total
+                elif t is Free:
+                    freed = st.live.pop(op.name, None)
+                    if freed is None:
+                        st.ptr = ptr
+                        raise SimulationError(f"rank {st.rank}: FREE name={op.name} releases no live buffer")
+                    if keep_rows:
+                        st.mem.append((now, -freed[0], freed[1]))
+                    st.mem_total -= freed[0]
+                elif t is Compute:
+                    duration = cache.get(id(op))
+                    if duration is None:
+                        duration = cache[id(op)] = compute_s(op, speed)
+                    if duration > 0:
+                        st.ptr = ptr
+                        st.c_op, st.c_start, st.c_seg, st.c_left = op, now, now, duration
+                        rate = st.c_rate = slow_rate if (st.inflight and op.device == "gpu") else 1.0
+                        st.c_ver += 1
+                        eid += 1
+                        heappush(heap, (now + duration / rate, eid, st, st.c_ver))
+                        return
+                    compute_row(st, op, now, now)
+                else:  # post a communication op
+                    if t is Collective:
+                        key: Any = op.group
+                    elif t is Send or t is Recv:
+                        key = op.peer
+                    elif t is Transfer:
+                        key = ("pcie", op.direction)
+                    else:
+                        st.ptr = ptr - 1
+                        raise UnsupportedProgram(
+                            f"rank {st.rank} op {ptr - 1} is a {t.__name__}, which the fast engine does not "
+                            "handle; simulate with engine='simpy'"
+                        )
+                    stream = streams.get(key)
+                    if stream is None:
+                        label = (f"comm:{key}" if t is Collective else f"p2p:{key}" if t is not Transfer
+                                 else f"pcie:{key[1]}")
+                        stream = streams[key] = [False, deque(), label]
+                    if t is Collective:
+                        coll_seq = st.coll_seq
+                        seq = coll_seq.get(key, 0)
+                        coll_seq[key] = seq + 1
+                        comm = [st, op, stream, seq, -1.0, -1.0, False]
+                    else:
+                        comm = [st, op, stream, 0, -1.0, -1.0, False]
+                    handles[op.handle] = comm
+                    if stream[_S_BUSY]:
+                        stream[_S_QUEUE].append(comm)
+                    else:
+                        stream[_S_BUSY] = True
+                        st.ptr = ptr
+                        ready(comm)
+            st.ptr = ptr
+
+        for st in states.values():
+            advance(st)
         while heap:
             entry = heappop(heap)
-            self.now = entry[0]
+            now = self.now = entry[0]
             st = entry[2]
-            if st is None:
-                finish(entry[3])
-            elif entry[3] == st.c_ver:  # else re-timed since this end was scheduled
-                compute_done(st)
-        stuck = [st for st in self.states.values() if st.ptr < st.n or st.waiting is not None]
-        if stuck or self._pending:
+            if st is not None:  # the end of a compute op, unless re-timed since it was scheduled
+                if entry[3] != st.c_ver:
+                    continue
+                op = st.c_op
+                st.c_op = None
+                began = st.c_start
+                if keep_rows:
+                    compute_row(st, op, began, now)
+                else:  # compute_row without the row, inlined: one call per compute op is measurable
+                    if now > makespan:
+                        makespan = now
+                    flops = float(op.flops)
+                    if flops:
+                        flops_total += flops * st.weight
+                    if op.kind in pipeline_kinds:
+                        if began < window_start:
+                            window_start = began
+                        if now > window_end:
+                            window_end = now
+                        if st.busy is None:
+                            st.busy = 0.0
+                            busy_order.append(st.rank)
+                        st.busy = st.busy + now - began
+                advance(st)
+                continue
+            # the end of a communication instance
+            inst = entry[3]
+            if now > makespan:
+                makespan = now
+            members = inst[2]
+            counts_as_comm = type(inst[0]) is not Transfer
+            for comm in members:
+                comm[_C_END] = now
+                comm[_C_DONE] = True
+                if keep_rows:
+                    rows.append(_comm_row(comm[_C_RANK].rank, comm))
+                if counts_as_comm:
+                    st = comm[_C_RANK]
+                    st.inflight -= 1
+                    if st.inflight == 0 and retime and st.c_op is not None:
+                        inflight_changed(st)
+            resume: list[_Rank] = []
+            for comm in members:
+                stream = comm[_C_STREAM]
+                queue = stream[_S_QUEUE]
+                if queue:
+                    ready(queue.popleft())
+                else:
+                    stream[_S_BUSY] = False
+                st = comm[_C_RANK]
+                if st.waiting is comm:
+                    st.waiting = None
+                    began = st.wait_start
+                    if now > began:
+                        op = comm[_C_OP]
+                        exposed = now - (began if began > comm[_C_START] else comm[_C_START])
+                        t = type(op)
+                        purpose = op.purpose if t is Collective else "offload" if t is Transfer else "pp"
+                        if keep_rows:
+                            rows.append(TraceRow(st.rank, "compute", st.wait_op, "WAIT", purpose, began, now,
+                                                 exposed_s=exposed))
+                        if exposed > 0:
+                            waits.append((st.rank, purpose, now, exposed))
+                    resume.append(st)
+            for st in resume:
+                advance(st)
+        self.makespan_s = makespan
+        self.executed_flops = flops_total
+        self.window_start, self.window_end = window_start, window_end
+        stuck = [st for st in states.values() if st.ptr < st.n or st.waiting is not None]
+        if stuck or pending:
             raise SimulationError(self._deadlock_message(stuck))
-        for st in self.states.values():
+        for st in states.values():
             # A rank and its communication records point at each other; dropping the handle table breaks
             # the cycles, so reference counting frees the step at once instead of the cyclic collector
             # scanning it later (measured: a third of a layout search's time).
             st.handles = {}
             st.streams = {}
-
-    def _schedule(self, delay: float, st: _Rank | None, payload: Any) -> None:
-        # SimPy orders events by (time, priority, insertion counter); every event here has the same
-        # priority, so (time, counter) reproduces its order, ties included.
-        self._eid += 1
-        heappush(self._heap, (self.now + delay, self._eid, st, payload))
-
-    # -- the rank walk -----------------------------------------------------------------------------
-    def _advance(self, st: _Rank) -> None:
-        ops, now, n = st.ops, self.now, st.n
-        compute_s = self.durations.compute
-        ptr = st.ptr
-        while ptr < n:
-            op: Any = ops[ptr]
-            ptr += 1
-            t = type(op)
-            if t is Compute:
-                duration = compute_s(op, st.speed)
-                if duration > 0:
-                    st.ptr = ptr
-                    self._start_compute(st, op, duration)
-                    return
-                self._compute_row(st, op, now, now)
-            elif t is Wait:
-                comm = st.handles.get(op.handle)
-                if comm is None:
-                    st.ptr = ptr
-                    raise SimulationError(
-                        f"rank {st.rank} op {ptr - 1}: WAIT handle={op.handle} names no earlier "
-                        "send, receive, collective or transfer of this rank; validate the program first"
-                    )
-                if not comm[_C_DONE]:
-                    st.ptr = ptr
-                    st.waiting, st.wait_start, st.wait_op = comm, now, op
-                    return
-            elif t is Alloc:
-                live = st.live
-                if op.name in live:
-                    st.ptr = ptr
-                    raise SimulationError(f"rank {st.rank}: ALLOC name={op.name} while a buffer of that name is live")
-                live[op.name] = (op.bytes, op.category)
-                st.mem.append((now, op.bytes, op.category))
-                total = st.mem_total = st.mem_total + op.bytes
-                if total > st.mem_peak:
-                    st.mem_peak = total
-            elif t is Free:
-                freed = st.live.pop(op.name, None)
-                if freed is None:
-                    st.ptr = ptr
-                    raise SimulationError(f"rank {st.rank}: FREE name={op.name} releases no live buffer")
-                st.mem.append((now, -freed[0], freed[1]))
-                st.mem_total -= freed[0]
-            else:
-                st.ptr = ptr
-                self._post(st, op, t)
-        st.ptr = ptr
-
-    def _start_compute(self, st: _Rank, op: Compute, duration: float) -> None:
-        now = self.now
-        st.c_op, st.c_start, st.c_seg, st.c_left = op, now, now, duration
-        rate = st.c_rate = 1.0 - self.slowdown if (st.inflight and op.device == "gpu") else 1.0
-        st.c_ver += 1
-        self._schedule(duration / rate, st, st.c_ver)
-
-    def _compute_done(self, st: _Rank) -> None:
-        op = st.c_op
-        assert op is not None
-        st.c_op = None
-        self._compute_row(st, op, st.c_start, self.now)
-        self._advance(st)
-
-    def _compute_row(self, st: _Rank, op: Compute, start: float, end: float) -> None:
-        if self.keep_rows:
-            stream = "host" if op.device == "cpu" else "compute"
-            self.rows.append(_row(TraceRow, (st.rank, stream, op, op.kind, "compute", start, end, 0, float(op.flops),
-                                             op.stage, op.microbatch, "", 0.0)))
-        if end > self.makespan_s:
-            self.makespan_s = end
-        # What simgrid.metrics reads from this row: executed FLOPs, and for F/B/I/W/R the window and busy time.
-        flops = float(op.flops)
-        if flops:
-            self.executed_flops += flops * st.weight
-        if op.kind in _PIPELINE_KINDS:
-            if start < self.window_start:
-                self.window_start = start
-            if end > self.window_end:
-                self.window_end = end
-            if st.busy is None:
-                st.busy = 0.0
-                self.busy_order.append(st.rank)
-            st.busy = st.busy + end - start
-
-    def _inflight_changed(self, st: _Rank) -> None:
-        op = st.c_op
-        if op is None or not self.slowdown or op.device != "gpu":
-            return
-        rate = 1.0 - self.slowdown if st.inflight else 1.0
-        if rate == st.c_rate:
-            return
-        now = self.now
-        st.c_left = max(st.c_left - (now - st.c_seg) * st.c_rate, 0.0)
-        st.c_seg, st.c_rate = now, rate
-        st.c_ver += 1
-        self._schedule(st.c_left / st.c_rate, st, st.c_ver)
-
-    # -- communication -----------------------------------------------------------------------------
-    def _post(self, st: _Rank, op: Any, t: type) -> None:
-        if t is Collective:
-            key: Any = op.group
-        elif t is Send or t is Recv:
-            key = op.peer
-        else:  # Transfer (the constructor refused every other class)
-            key = ("pcie", op.direction)
-        streams = st.streams
-        stream = streams.get(key)
-        if stream is None:
-            label = f"comm:{key}" if t is Collective else f"p2p:{key}" if t is not Transfer else f"pcie:{key[1]}"
-            stream = streams[key] = [False, deque(), label]
-        comm = [st, op, stream, 0, -1.0, -1.0, False]
-        st.handles[op.handle] = comm
-        if t is Collective:
-            coll_seq = st.coll_seq
-            seq = coll_seq.get(key, 0)
-            coll_seq[key] = seq + 1
-            comm[_C_SEQ] = seq
-        if stream[_S_BUSY]:
-            stream[_S_QUEUE].append(comm)
-        else:
-            stream[_S_BUSY] = True
-            self._ready(comm)
-
-    def _ready(self, comm: list[Any]) -> None:
-        op: Any = comm[_C_OP]
-        t = type(op)
-        if t is Collective:
-            group = op.group
-            expected = self._expected.get(group)
-            if expected is None:
-                expected = self._expected[group] = self._simulated_members(op, comm[_C_RANK].rank)
-            if expected == 1:
-                self._start([op, 1, [comm]])
-                return
-            key: Any = (group, comm[_C_SEQ])
-        elif t is Send:
-            k = op.key
-            key, expected = (comm[_C_RANK].rank, op.peer, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
-        elif t is Recv:
-            k = op.key
-            key, expected = (op.peer, comm[_C_RANK].rank, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
-        else:
-            self._start([op, 1, [comm]])
-            return
-        pending = self._pending
-        inst = pending.get(key)
-        if inst is None:
-            inst = pending[key] = [op, expected, []]
-        members = inst[2]
-        members.append(comm)
-        if len(members) == inst[1]:
-            del pending[key]
-            self._start(inst)
 
     def _simulated_members(self, op: Collective, rank: int) -> int:
         members = self.program.groups.get(op.group)
@@ -310,73 +418,6 @@ class FastLoop:
         if rank not in members:
             raise SimulationError(f"rank {rank} issues a collective on group {op.group!r} but is not a member of it")
         return sum(1 for m in members if m in self.sim_set)
-
-    def _start(self, inst: list[Any]) -> None:
-        now = self.now
-        op: Any = inst[0]
-        counts_as_comm = type(op) is not Transfer
-        retime = bool(self.slowdown)
-        members = inst[2]
-        for comm in members:
-            comm[_C_START] = now
-            if counts_as_comm:
-                st = comm[_C_RANK]
-                st.inflight += 1
-                if st.inflight == 1 and retime and st.c_op is not None:
-                    self._inflight_changed(st)
-        t = type(op)
-        if t is Collective:
-            duration = self.durations.collective(op)
-        elif t is Transfer:
-            duration = self.durations.transfer(op, members[0][_C_RANK].rank)
-        else:
-            rank = members[0][_C_RANK].rank
-            src, dst = (rank, op.peer) if t is Send else (op.peer, rank)
-            duration = self.durations.p2p(op.bytes, src, dst)
-        self._schedule(duration, None, inst)
-
-    def _finish(self, inst: list[Any]) -> None:
-        now = self.now
-        if now > self.makespan_s:
-            self.makespan_s = now
-        op = inst[0]
-        counts_as_comm = type(op) is not Transfer
-        retime = bool(self.slowdown)
-        members = inst[2]
-        keep_rows = self.keep_rows
-        rows = self.rows
-        for comm in members:
-            comm[_C_END] = now
-            comm[_C_DONE] = True
-            st = comm[_C_RANK]
-            if keep_rows:
-                rows.append(_comm_row(st.rank, comm))
-            if counts_as_comm:
-                st.inflight -= 1
-                if st.inflight == 0 and retime and st.c_op is not None:
-                    self._inflight_changed(st)
-        resume: list[_Rank] = []
-        for comm in members:
-            stream = comm[_C_STREAM]
-            queue = stream[_S_QUEUE]
-            if queue:
-                self._ready(queue.popleft())
-            else:
-                stream[_S_BUSY] = False
-            st = comm[_C_RANK]
-            if st.waiting is comm:
-                st.waiting = None
-                if now > st.wait_start:
-                    exposed = now - max(st.wait_start, comm[_C_START])
-                    purpose = _purpose(comm[_C_OP])
-                    if keep_rows:
-                        rows.append(TraceRow(st.rank, "compute", st.wait_op, "WAIT", purpose, st.wait_start, now,
-                                             exposed_s=exposed))
-                    if exposed > 0:
-                        self.waits.append((st.rank, purpose, now, exposed))
-                resume.append(st)
-        for st in resume:
-            self._advance(st)
 
     # -- diagnostics -------------------------------------------------------------------------------
     def _deadlock_message(self, stuck: list[_Rank]) -> str:

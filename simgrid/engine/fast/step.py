@@ -6,17 +6,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from simgrid.engine.costmodel import CostModel, DurationCache
-from simgrid.engine.fast.loop import FastLoop
+from simgrid.engine.fast.loop import FastLoop, has_rows
 from simgrid.engine.fast.summary import StepSummary
 from simgrid.engine.symmetry import plan_ranks
 from simgrid.gcpause import collector_paused
-from simgrid.ir import Alloc, Free, Program, Wait
+from simgrid.ir import Program
 
 if TYPE_CHECKING:
     from simgrid.hardware import Cluster
-
-_ROWLESS = frozenset({Alloc, Free, Wait})
-"""Op classes that make no trace row by themselves (a WAIT's row needs a communication op as well)."""
 
 
 def simulate_step(program: Program, cluster: Cluster | None = None, *, mode: str = "symmetric",
@@ -40,7 +37,7 @@ def simulate_step(program: Program, cluster: Cluster | None = None, *, mode: str
                         rows=False)
         loop.run()
         states = loop.states
-        with_rows = [r for r in plan.simulated if not set(map(type, states[r].ops)) <= _ROWLESS]
+        with_rows = [r for r in plan.simulated if has_rows(states[r].ops)]
         return StepSummary(
             makespan_s=loop.makespan_s,
             mode=plan.mode,
