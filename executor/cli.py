@@ -2,7 +2,7 @@
 
 Commands::
 
-    simgrid-exec run (--program F.json | layout flags) [--steps K] [--trace out.json] [--json]
+    simgrid-exec run (--program F.json | layout flags [--pipeline-csv F.csv]) [--steps K] [--trace out.json] [--json]
     simgrid-exec doctor
     simgrid-exec calibrate [--out profile.toml] [--ranks N]
     simgrid-exec validate (layout flags) [--profile P] [--steps K] [--trace-dir D] [--json]
@@ -28,25 +28,58 @@ DEFAULT_PROFILE = "localhost-gloo.toml"
 
 
 def _parser() -> argparse.ArgumentParser:
-    from simgrid.cli.common import add_model_layout_args, positive_int
+    from simgrid import __version__
+    from simgrid.cli.common import Parser, add_model_layout_args, add_pipeline_csv_arg, positive_int
 
-    parser = argparse.ArgumentParser(prog="simgrid-exec", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a Program (or a layout's Program) for real on torch.distributed")
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = Parser(prog="simgrid-exec", description=__doc__.split("\n")[0],
+                    epilog="example: simgrid-exec run --model tiny-gpt --pp 2 --gbs 8 --steps 5", formatter_class=raw)
+    parser.add_argument("--version", action="version", version=f"simgrid-exec {__version__}")
+    # Sub-parsers refuse abbreviated options too (Parser): --gpu must never mean --gpus.
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    run = sub.add_parser(
+        "run", help="run a Program (or a layout's Program) for real on torch.distributed", formatter_class=raw,
+        description="Run one or more training steps of a program for real, one process per rank (gloo on CPU, "
+        "NCCL on GPU), and print each step's loss and time. The program comes from a file (--program), from "
+        "the model and layout flags, or from those flags with the pipeline order of a torch schedule CSV "
+        "(--pipeline-csv). The first step is warm-up (allocations, gloo connections) and is marked; the step "
+        "time is the median of the others.",
+        epilog="examples:\n"
+        "  simgrid-exec run --model tiny-gpt --pp 2 --gbs 8 --steps 5 --trace measured.json\n"
+        "  simgrid program --model tiny-gpt --pp 2 --vpp 2 --schedule dualpipev --gbs 4 --out p.json && "
+        "simgrid-exec run --program p.json\n"
+        "  simgrid schedule --schedule interleaved-zb --pp 2 --microbatches 4 --format torch-csv --out zb.csv && "
+        "simgrid-exec run --pipeline-csv zb.csv",
+    )
     run.add_argument("--program", help="Program JSON file (from `simgrid program --out`)")
     add_model_layout_args(run, default_model="tiny-gpt")
-    run.add_argument("--steps", type=positive_int, default=1, help="optimizer steps (default 1)")
+    add_pipeline_csv_arg(run)
+    run.add_argument("--steps", type=positive_int, default=1, help="optimizer steps (default 1; the first is warm-up)")
     run.add_argument("--seed", type=int, default=0, help="seed of weights and data (default 0)")
     run.add_argument("--trace", help="write the measured trace (Chrome/Perfetto JSON) here")
     run.add_argument("--timeout", type=float, default=300.0, help="overall deadline in seconds (default 300)")
     run.add_argument("--json", action="store_true", help="print a JSON summary")
-    sub.add_parser("doctor", help="check backends, GPUs and the rendezvous address/port, and say what to fix")
-    cal = sub.add_parser("calibrate", help="micro-benchmark this machine and write a cluster profile")
+    sub.add_parser(
+        "doctor", help="check backends, GPUs and the rendezvous address/port, and say what to fix",
+        description="Check that torch.distributed, gloo (and NCCL with GPUs) are usable, that MASTER_ADDR "
+        "resolves and MASTER_PORT is free, and say what to fix for each failed check (exit 1 if any fails).",
+        epilog="example: simgrid-exec doctor", formatter_class=raw)
+    cal = sub.add_parser(
+        "calibrate", help="micro-benchmark this machine and write a cluster profile", formatter_class=raw,
+        description="Measure compute ops at the model's shapes, collectives and send/recv at its message sizes, "
+        "the compute slowdown under communication and the interpreter's own overhead, and write a cluster "
+        "profile with those tables for `simgrid-exec validate` and the simulator.",
+        epilog="example: simgrid-exec calibrate --out localhost.toml --ranks 2")
     # small-gpt: a step long enough that compute, not gloo wake-up jitter, decides it (see presets).
     add_model_layout_args(cal, default_model="small-gpt")
     cal.add_argument("--out", default=DEFAULT_PROFILE, help=f"profile path (default {DEFAULT_PROFILE})")
     cal.add_argument("--ranks", type=positive_int, default=2, help="ranks to calibrate for (default 2)")
-    val = sub.add_parser("validate", help="run a layout for real and compare with the simulator's prediction")
+    val = sub.add_parser(
+        "validate", help="run a layout for real and compare with the simulator's prediction", formatter_class=raw,
+        description="Simulate a layout on a calibrated profile, run it for real, and print predicted vs "
+        "measured step time per op kind, with a check of the numerics against the single-process reference. "
+        "The first real step is warm-up and is left out of the measured time.",
+        epilog="example: simgrid-exec validate --pp 2 --gbs 4 --profile localhost.toml --json")
     add_model_layout_args(val, default_model="small-gpt")
     val.add_argument("--profile", default=DEFAULT_PROFILE, help="calibrated cluster profile (default "
                      f"{DEFAULT_PROFILE}; run `simgrid-exec calibrate` first)")
@@ -74,25 +107,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _model_layout(args: argparse.Namespace) -> tuple[Any, Any]:
+def _model_layout(args: argparse.Namespace, order: Any = None) -> tuple[Any, Any]:
     from executor.validate import fp32
     from simgrid.cli.common import model_layout_from_args
 
-    model, layout = model_layout_from_args(args)
+    model, layout = model_layout_from_args(args, order=order)
     return model, fp32(layout)
 
 
 def _run(args: argparse.Namespace) -> int:
     from executor.launch import LaunchConfig
     from executor.runner import run_program, validate_or_raise
+    from simgrid.cli.common import pipeline_order_from_args
     from simgrid.ir.jsonio import load_program
     from simgrid.schedules import build_program
 
     if args.program:
+        if args.pipeline_csv:
+            raise SimgridError(f"--program {args.program} carries its own order; drop --pipeline-csv")
         program = load_program(args.program)
     else:
-        model, layout = _model_layout(args)
-        program = build_program(model, layout)
+        order = pipeline_order_from_args(args)
+        model, layout = _model_layout(args, order)
+        program = build_program(model, layout, order=order)
     validate_or_raise(program)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return _run_torchrun(program, args)
@@ -101,13 +138,18 @@ def _run(args: argparse.Namespace) -> int:
     result = run_program(program, steps=args.steps, seed=args.seed, config=config, collect_weights=False)
     if args.trace:
         result.trace.to_chrome_trace(args.trace)
+    warmup = 1 if args.steps > 1 else 0  # measured_step_s leaves the first step out when there are others
     summary = {"world_size": world, "steps": args.steps, "losses": result.losses,
-               "step_times_s": result.step_times_s, "measured_step_s": result.measured_step_s}
+               "step_times_s": result.step_times_s, "warmup_steps": warmup, "measured_step_s": result.measured_step_s}
     if args.json:
         print(json.dumps(summary))
     else:
         for i, (loss, t) in enumerate(zip(result.losses, result.step_times_s, strict=True)):
-            print(f"step {i}: loss {loss:.4f}  time {t * 1e3:.2f} ms")
+            mark = "  (warm-up: allocations and connections; not in the step time)" if i < warmup else ""
+            print(f"step {i}: loss {loss:.4f}  time {t * 1e3:.2f} ms{mark}")
+        counted = ("one step, warm-up included" if not warmup else
+                   "step 1, after the warm-up" if args.steps == 2 else f"median of steps 1-{args.steps - 1}")
+        print(f"step time {result.measured_step_s * 1e3:.2f} ms ({counted})")
         if args.trace:
             print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")
     return 0
@@ -131,8 +173,10 @@ def _run_torchrun(program: Any, args: argparse.Namespace) -> int:
     backend = "nccl" if _cuda_available() else "gloo"
     times = run_under_torchrun(worker, None, program.groups, backend=backend, timeout_s=args.timeout)
     if int(os.environ["RANK"]) == 0:
-        print(json.dumps({"rank": 0, "step_times_s": times}) if args.json else
-              "\n".join(f"step {i}: rank 0 time {t * 1e3:.2f} ms" for i, t in enumerate(times)))
+        print(json.dumps({"rank": 0, "step_times_s": times, "warmup_steps": 1 if len(times) > 1 else 0})
+              if args.json else
+              "\n".join(f"step {i}: rank 0 time {t * 1e3:.2f} ms{'  (warm-up)' if i == 0 and len(times) > 1 else ''}"
+                        for i, t in enumerate(times)))
     return 0
 
 

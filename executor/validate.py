@@ -137,7 +137,7 @@ def validate_layout(model: ModelSpec, layout: Layout, *, profile: str | Path, st
 def format_report(name: str, report: ValidationReport) -> str:
     """Human-readable predicted-vs-measured table of one layout."""
     lines = [f"{name}: predicted {report.predicted_step_s * 1e3:.2f} ms, measured "
-             f"{report.measured_step_s * 1e3:.2f} ms, error {report.error:+.1%}, numerics "
+             f"{report.measured_step_s * 1e3:.2f} ms (median after the warm-up step), error {report.error:+.1%}, numerics "
              f"{'match' if report.numerics_match else 'MISMATCH'} (weights rel. error {report.weights_error:.1e})",
              f"  {'op kind':<16}{'predicted ms':>14}{'measured ms':>14}{'error':>9}"]
     for kind, (pred, meas) in report.per_kind.items():

@@ -34,11 +34,12 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``simgrid simulate`` with the default arguments and outputs in ``--out``."""
     from simgrid.cli import cmd_simulate
+    from simgrid.cli.common import Parser
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    parser = argparse.ArgumentParser(prog="simgrid")
-    cmd_simulate.register(parser.add_subparsers())
+    parser = Parser(prog="simgrid")
+    cmd_simulate.register(parser.add_subparsers(parser_class=Parser))
     argv = ["simulate", *DEFAULT_ARGS, "--gantt", str(out / "gantt.png"), "--trace", str(out / "trace.json")]
     if args.json:
         argv.append("--json")

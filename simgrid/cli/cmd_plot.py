@@ -89,10 +89,16 @@ def _plot_sweep(path: Path, kind: str, args: argparse.Namespace) -> Any:
 
 def _plot_trace(path: Path, kind: str, ranks: list[int] | None, title: str | None) -> Any:
     trace = load_any_trace(path)
+    heading = title if title is not None else trace_title(trace)
     if kind == "gantt":
+        from simgrid.metrics import metrics_from_trace
         from simgrid.plots.gantt import plot_gantt
 
-        return plot_gantt(trace, ranks=ranks, title=title)
+        metrics = metrics_from_trace(trace)
+        if metrics is not None:
+            print(f"{heading}: step {metrics.step_time_s:.4g} s, bubble {metrics.bubble_fraction:.1%}, "
+                  f"MFU {metrics.mfu:.1%}", file=sys.stderr)
+        return plot_gantt(trace, ranks=ranks, title=heading)
     from simgrid.plots.memory import memory_series, plot_memory_timeline
 
     try:
@@ -103,7 +109,22 @@ def _plot_trace(path: Path, kind: str, ranks: list[int] | None, title: str | Non
             "meta['memory_timeline']); draw --kind gantt, or plot memory from Python with "
             "simgrid.plots.plot_memory_timeline(simulate(...).memory)"
         ) from None
-    return plot_memory_timeline(trace, ranks=ranks, title=title)
+    return plot_memory_timeline(trace, ranks=ranks, title=heading)
+
+
+def trace_title(trace: Any) -> str | None:
+    """``"model, layout"`` from the run description a simulated trace carries (None without one)."""
+    from simgrid.cli.format import describe_layout
+    from simgrid.errors import SimgridError
+    from simgrid.layout import Layout
+
+    model, layout = trace.meta.get("model"), trace.meta.get("layout")
+    if not isinstance(model, dict) or not isinstance(layout, dict):
+        return None
+    try:
+        return f"{model.get('name', 'model')}, {describe_layout(Layout.from_dict(layout))}"
+    except (SimgridError, TypeError):
+        return None
 
 
 def load_any_trace(path: Path) -> Any:
@@ -148,12 +169,18 @@ def trace_from_chrome(data: dict[str, Any]) -> Any:
         args = ev.get("args") or {}
         kind, stage, microbatch = _kind_of(name)
         purpose = "compute" if category == "compute" else (category if category != kind else "")
-        rows.append({
-            "rank": rank, "stream": threads.get((ev.get("pid"), ev.get("tid")), str(ev.get("tid"))),
-            "op": str(args.get("op", name)), "kind": kind, "purpose": purpose, "start_s": start_s,
-            "end_s": end_s, "bytes": int(args.get("bytes", 0) or 0), "flops": float(args.get("flops", 0) or 0),
-            "stage": stage, "microbatch": microbatch,
-        })
+        # simgrid writes every row field into args; older files and other tools get them from the name.
+        try:
+            rows.append({
+                "rank": rank, "stream": threads.get((ev.get("pid"), ev.get("tid")), str(ev.get("tid"))),
+                "op": str(args.get("op", name)), "kind": str(args.get("kind", kind)),
+                "purpose": str(args.get("purpose", purpose)), "start_s": start_s, "end_s": end_s,
+                "bytes": int(args.get("bytes", 0) or 0), "flops": float(args.get("flops", 0) or 0),
+                "stage": int(args.get("stage", stage)), "microbatch": int(args.get("microbatch", microbatch)),
+                "match": str(args.get("match", "")), "exposed_s": float(args.get("exposed_s", 0.0) or 0.0),
+            })
+        except (AttributeError, TypeError, ValueError):
+            raise PlotError(f"plot: Chrome trace event {name!r} at pid {rank} has non-numeric args {args!r}") from None
     if not rows:
         raise PlotError("plot: the Chrome trace has no complete ('X') events to draw")
     return Trace.from_rows(rows, data.get("otherData") or {})

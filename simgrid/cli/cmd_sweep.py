@@ -7,7 +7,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from simgrid.cli.common import add_model_args, model_from_args, positive_int, print_json
+from simgrid.cli.common import (
+    add_hardware_args,
+    add_layout_args,
+    add_model_args,
+    fixed_recipe_from_args,
+    model_from_args,
+    positive_int,
+    print_json,
+)
 from simgrid.errors import SimgridError
 from simgrid.layout import RECOMPUTE_POLICIES
 
@@ -19,6 +27,8 @@ EPILOG = """\
 examples:
   simgrid sweep --model gpt3-175b --cluster dgx-a100-hdr --gpus 1024 --gbs 1536 \\
       --recompute full --mbs 1,2 --top 10 --out sweep.csv
+  simgrid sweep --model llama2-7b --cluster dgx-a100-hdr --gpus 64 --gbs 256 --tp 2,4 --pp 1,2 \\
+      --schedule 1f1b,interleaved-1f1b,dualpipev --sequence-parallel both
   simgrid sweep --model llama2-7b --cluster dgx-a100-hdr --gpus 64 --gbs 256 --tp 2 --json
   simgrid sweep --model gpt3-175b --cluster dgx-a100-hdr --gpus 1024 --gbs 1536 --backend ray --address auto
   simgrid plot sweep.csv --kind heatmap --out heatmap.png
@@ -27,8 +37,6 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the ``sweep`` sub-command."""
-    from simgrid.sweep.constraints import PIPELINE_SCHEDULES
-
     p = subparsers.add_parser(
         "sweep",
         help="search layouts (dp, tp, pp, vpp, ZeRO, micro-batch, schedule, recompute) for the fastest",
@@ -42,31 +50,16 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(p)
-    p.add_argument("--cluster", required=True, help="cluster profile name (see `simgrid profiles`)")
-    p.add_argument("--gpus", type=positive_int, required=True, help="GPUs in the run")
-    p.add_argument("--gbs", type=positive_int, required=True, help="global batch in sequences")
-    c = p.add_argument_group("constraints (default: search everything)")
-    c.add_argument("--tp", type=positive_int, help="fixed tensor-parallel degree")
+    add_hardware_args(p, cluster_required=True, gpu_profile=False, gpus_required=True)
+    add_layout_args(p, lists=True)  # the same flags as simulate and memory, taking comma lists
+    c = p.add_argument_group("search bounds (default: search everything)")
     c.add_argument("--max-tp", type=positive_int, help="largest tensor-parallel degree (default: GPUs per node)")
-    c.add_argument("--pp", type=positive_int, help="fixed pipeline-parallel degree")
     c.add_argument("--max-pp", type=positive_int, help="largest pipeline-parallel degree")
-    c.add_argument("--dp", type=positive_int, help="fixed data-parallel degree")
     c.add_argument("--max-dp", type=positive_int, help="largest data-parallel degree")
-    c.add_argument("--cp", type=_positive_ints, help="comma-separated context-parallel degrees to try (default 1)")
-    c.add_argument("--schedules", type=_choices(PIPELINE_SCHEDULES),
-                   help=f"comma-separated pipeline schedules to try (default: {','.join(PIPELINE_SCHEDULES)})")
-    c.add_argument("--zero", type=_int_choices((0, 1, 2, 3)), help="comma-separated ZeRO stages (default: 0,1,2,3)")
-    c.add_argument("--recompute", type=_choices(RECOMPUTE_POLICIES),
-                   help="comma-separated recompute policies (default: none,selective,full)")
-    c.add_argument("--mbs", type=_positive_ints, help="comma-separated micro-batch sizes to try")
     c.add_argument("--max-mbs", type=positive_int, default=8, help="largest micro-batch size (default 8)")
     c.add_argument("--max-vpp", type=positive_int, default=8, help="largest interleaving degree (default 8)")
     c.add_argument("--tp-across-nodes", action="store_true", help="let tensor parallelism span nodes")
     c.add_argument("--uneven-stages", action="store_true", help="also try pp * vpp not dividing the layer count")
-    c.add_argument("--sequence-parallel", choices=("off", "on", "both"), default="off",
-                   help="Megatron sequence parallelism for tp > 1 (default off)")
-    c.add_argument("--flash-attention", choices=("off", "on", "both"), default="off",
-                   help="fused FlashAttention core (default off; selective recompute is skipped with it)")
     o = p.add_argument_group("output")
     o.add_argument("--top", type=positive_int, default=10, help="layouts to print (default 10)")
     o.add_argument("--out", help="write every simulated layout, ranked, to this CSV file")
@@ -126,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def constraints_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`SweepConstraints` the flags describe."""
+    """The :class:`SweepConstraints` the flags describe (the shared layout flags, as lists of values)."""
     from simgrid.sweep import SweepConstraints
     from simgrid.sweep.constraints import PIPELINE_SCHEDULES, ZERO_STAGES
 
@@ -134,10 +127,12 @@ def constraints_from_args(args: argparse.Namespace) -> Any:
     sp, flash = switch[args.sequence_parallel], switch[args.flash_attention]
     constraints: Any = SweepConstraints(
         tp=args.tp, max_tp=args.max_tp, pp=args.pp, max_pp=args.max_pp, dp=args.dp, max_dp=args.max_dp,
-        schedules=args.schedules or PIPELINE_SCHEDULES, zero_stages=args.zero or ZERO_STAGES,
+        schedules=tuple(s for s in (args.schedule or PIPELINE_SCHEDULES) if s != "none") or PIPELINE_SCHEDULES,
+        zero_stages=args.zero or ZERO_STAGES,
         recompute=args.recompute or RECOMPUTE_POLICIES, max_mbs=args.max_mbs, micro_batch_sizes=args.mbs,
-        max_vpp=args.max_vpp, allow_tp_across_nodes=args.tp_across_nodes, sequence_parallel=sp,
+        max_vpp=args.max_vpp, vpps=args.vpp, allow_tp_across_nodes=args.tp_across_nodes, sequence_parallel=sp,
         flash_attention=flash, allow_uneven_stages=args.uneven_stages, context_parallel=args.cp or (1,),
+        recipe=tuple(sorted(fixed_recipe_from_args(args).items())),
     )
     return constraints
 
@@ -159,37 +154,6 @@ def format_table(df: Any) -> str:
             f"{'yes' if row['fits'] else 'NO'}"
         )
     return "\n".join(lines)
-
-
-def _choices(allowed: tuple[str, ...]) -> Any:
-    def parse(text: str) -> tuple[str, ...]:
-        values = tuple(v.strip() for v in text.split(",") if v.strip())
-        bad = [v for v in values if v not in allowed]
-        if bad or not values:
-            raise argparse.ArgumentTypeError(f"{text!r}: use a comma-separated subset of {','.join(allowed)}")
-        return values
-
-    return parse
-
-
-def _int_choices(allowed: tuple[int, ...]) -> Any:
-    def parse(text: str) -> tuple[int, ...]:
-        try:
-            values = tuple(int(v) for v in text.split(",") if v.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-        if not values or any(v not in allowed for v in values):
-            raise argparse.ArgumentTypeError(f"{text!r}: use a comma-separated subset of {allowed}")
-        return values
-
-    return parse
-
-
-def _positive_ints(text: str) -> tuple[int, ...]:
-    values = tuple(positive_int(v.strip()) for v in text.split(",") if v.strip())
-    if not values:
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated positive integers, e.g. 1,2,4")
-    return values
 
 
 def _check_writable(path: str) -> None:

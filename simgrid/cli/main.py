@@ -9,12 +9,12 @@ against what each module registers).
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 from collections.abc import Sequence
 
 from simgrid import __version__
+from simgrid.cli.common import Parser
 from simgrid.errors import SimgridError
 
 #: Sub-command -> (module in ``simgrid.cli`` that registers it, its one-line help), in ``--help`` order.
@@ -24,6 +24,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                                  "memory"),
     "sweep": ("cmd_sweep", "search layouts (dp, tp, pp, vpp, ZeRO, micro-batch, schedule, recompute) for the fastest"),
     "memory": ("cmd_memory", "memory per GPU of a layout (model states, activations, buffers) and whether it fits"),
+    "serve": ("cmd_serve", "simulate LLM serving under load (TTFT, TPOT, throughput per GPU, KV cache) or find the "
+                           "best layout"),
     "schedule": ("cmd_schedule", "show a pipeline schedule's compute order per rank (with its bubbles)"),
     "program": ("cmd_program", "lower a model and layout into a full schedule IR program (JSON)"),
     "validate-program": ("cmd_program", "validate a program file and print a summary (ranks, ops, groups, dry-run "
@@ -37,17 +39,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(module for module, _ in COMMANDS.values()))
 
 
-def build_parser(command: str | None = None, *, lazy: bool = False) -> argparse.ArgumentParser:
+def build_parser(command: str | None = None, *, lazy: bool = False) -> Parser:
     """The argument parser; with ``lazy``, only ``command``'s module is imported and registered, the other
     commands are listed from :data:`COMMANDS`."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="simgrid",
         description="Predict step time, MFU, communication and memory of distributed LLM training.",
         epilog="example: simgrid simulate --model gpt3-175b --cluster dgx-a100-hdr --gpus 1024 "
         "--tp 8 --pp 8 --mbs 1 --gbs 1536",
     )
     parser.add_argument("--version", action="version", version=f"simgrid {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # Sub-parsers are Parser too: no abbreviated options anywhere (--gpu must not mean --gpus).
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     wanted = COMMANDS[command][0] if command in COMMANDS else None
     registered: set[str] = set()
     for name, (module_name, help_text) in COMMANDS.items():

@@ -16,7 +16,8 @@ from simgrid.errors import LayoutError
 if TYPE_CHECKING:
     from simgrid.model.spec import ModelSpec
 
-ScheduleName = Literal["none", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv"]
+ScheduleName = Literal["none", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "interleaved-zb", "looped-bfs",
+                       "dualpipev"]
 RecomputePolicy = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp32"]
 OptimizerName = Literal["adam", "adam-8bit", "sgd"]
@@ -28,8 +29,9 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
 DP_MODES: tuple[str, ...] = get_args(DataParallelMode)
 
-#: Schedules that place more than one model chunk on each pipeline rank, and how many they need.
-CHUNKED_SCHEDULES = {"interleaved-1f1b": None, "zbv": 2}
+#: Schedules that place more than one model chunk on each pipeline rank, and how many they need
+#: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
+CHUNKED_SCHEDULES = {"interleaved-1f1b": None, "zbv": 2, "interleaved-zb": None, "looped-bfs": None, "dualpipev": 2}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,7 +49,8 @@ class Layout:
     all-gathers the keys and values of the others for attention (Llama 3's all-gather context
     parallelism, Dubey et al. 2024, section 3.3.2). Parameters are replicated over the CP group."""
     vpp: int = 1
-    """Model chunks per pipeline rank (virtual stages): >1 for interleaved 1F1B, 2 for ZBV."""
+    """Model chunks per pipeline rank (virtual stages): >1 for interleaved 1F1B and interleaved ZB, >= 1 for
+    looped BFS, 2 for ZBV and DualPipeV."""
     zero: int = 0
     """ZeRO stage 0-3: 1 shards optimizer states, 2 also gradients, 3 also parameters."""
     micro_batch_size: int = 1
@@ -154,28 +157,11 @@ class Layout:
                 f"layout: pp = {self.pp} needs a pipeline schedule; pick one of "
                 f"{', '.join(s for s in SCHEDULES if s != 'none')}"
             )
-        if self.schedule == "interleaved-1f1b":
-            if self.vpp < 2:
-                raise LayoutError(
-                    f"layout: schedule 'interleaved-1f1b' needs vpp >= 2 model chunks per rank, got "
-                    f"vpp = {self.vpp}; set vpp to 2 or more, or use '1f1b'"
-                )
-            if m % self.pp:
-                raise LayoutError(
-                    f"layout: interleaved 1F1B needs the micro-batch count ({m} = global batch {self.gbs} / "
-                    f"(micro-batch {self.micro_batch_size} * dp {self.dp})) to be a multiple of pp = "
-                    f"{self.pp}; change the global batch or the micro-batch size"
-                )
-        elif self.schedule == "zbv":
-            if self.vpp != 2:
-                raise LayoutError(
-                    f"layout: schedule 'zbv' places exactly 2 model chunks on each rank (a V shape); "
-                    f"got vpp = {self.vpp}; set vpp = 2"
-                )
-        elif self.vpp != 1:
+        problem = schedule_problem(str(self.schedule), self.pp, m, self.vpp)
+        if problem:
             raise LayoutError(
-                f"layout: vpp = {self.vpp} (virtual stages) only applies to 'interleaved-1f1b' and 'zbv'; "
-                f"schedule is {self.schedule!r}; set vpp = 1 or change the schedule"
+                f"layout: {problem} (m = global batch {self.gbs} / (micro-batch {self.micro_batch_size} * "
+                f"dp {self.dp}))" if "micro-batch" in problem else f"layout: {problem}"
             )
         if self.flash_attention and self.recompute == "selective":
             raise LayoutError(
@@ -220,6 +206,50 @@ class Layout:
         if unknown:
             raise LayoutError(f"layout has unknown field(s) {unknown}; known: {sorted(known)}")
         return cls(**data)
+
+
+#: Schedules that place two chunks per rank in a V (chunk 0 on stage ``r``, chunk 1 on ``2*pp - 1 - r``).
+V_SCHEDULES = ("zbv", "dualpipev")
+#: Schedules with ``vpp`` interleaved chunks per rank (stage ``s`` on rank ``s % pp``).
+INTERLEAVED_SCHEDULES = ("interleaved-1f1b", "interleaved-zb", "looped-bfs")
+
+
+def interleave_rounds(pp: int, num_microbatches: int) -> tuple[int, int]:
+    """``(rounds, micro-batches per round)`` of interleaving: ``max(1, m // pp)`` rounds of equal size
+    (torch 2.13 ``ScheduleInterleaved1F1B``; Megatron-LM's rounds of pp when pp divides m)."""
+    rounds = max(1, num_microbatches // pp)
+    return rounds, num_microbatches // rounds
+
+
+def schedule_problem(schedule: str, pp: int, num_microbatches: int, vpp: int) -> str | None:
+    """What stops ``schedule`` from running ``num_microbatches`` on ``pp`` ranks with ``vpp`` chunks each,
+    with the fix, or ``None``. The one place these rules live (Layout and the order generators ask it)."""
+    m = num_microbatches
+    if schedule in ("interleaved-1f1b", "interleaved-zb"):
+        if vpp < 2:
+            plain = "'1f1b'" if schedule == "interleaved-1f1b" else "'zb-h1'"
+            return (f"schedule {schedule!r} needs vpp >= 2 model chunks per rank, got vpp = {vpp}; set vpp to 2 or "
+                    f"more, or use {plain}")
+        rounds, _ = interleave_rounds(pp, m)
+        if m % rounds:
+            # Micro-batches walk the chunks in rounds of equal size; a partial last round would make a
+            # chunk wait for micro-batches that never arrive.
+            good = [n for n in range(1, 2 * (m + pp)) if n % interleave_rounds(pp, n)[0] == 0]
+            lower = max(n for n in good if n < m)
+            upper = min(n for n in good if n > m)
+            return (f"schedule {schedule!r} runs the micro-batch count m = {m} in max(1, m // pp) = {rounds} rounds "
+                    f"of equal size (pp = {pp}), and {rounds} does not divide {m}; use m = {lower} or {upper}")
+    elif schedule in V_SCHEDULES:
+        if vpp != 2:
+            return (f"schedule {schedule!r} places exactly 2 model chunks on each rank (a V shape); got vpp = "
+                    f"{vpp}; set vpp = 2")
+        if schedule == "dualpipev" and m < 2 * pp:
+            return (f"schedule 'dualpipev' needs a micro-batch count of at least 2 * pp = {2 * pp} (one per stage), "
+                    f"got m = {m}; raise the global batch or use 'zbv'")
+    elif schedule != "looped-bfs" and vpp != 1:
+        return (f"vpp = {vpp} (virtual stages) only applies to {', '.join(repr(s) for s in CHUNKED_SCHEDULES)}; "
+                f"schedule is {schedule!r}; set vpp = 1 or change the schedule")
+    return None
 
 
 def check_layout(model: ModelSpec, layout: Layout) -> None:

@@ -10,6 +10,8 @@ For each combination of changed knobs it keeps the fitting variant with the fewe
 recipes: those within the user's own GPU count first, fewest changed settings first (someone with 8 GPUs
 who only needs FlashAttention and recompute hears that before being offered one GPU and CPU offload);
 then those that need more GPUs, fewest GPUs first. Ties go to fewer GPUs, then less memory.
+A recipe fits when it stays within the GPU's capacity less the headroom of
+:mod:`~simgrid.memory.headroom` (CUDA context and allocator fragmentation), as the verdict does.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import NamedTuple
 from simgrid.errors import LayoutError, SimgridError
 from simgrid.layout.spec import Layout, OptimizerName, check_layout
 from simgrid.memory.estimate import GPULike, estimate_memory
+from simgrid.memory.headroom import DEFAULT_HEADROOM, MemoryHeadroom
 from simgrid.model.spec import ModelSpec
 
 #: Largest tensor-parallel degree suggested: TP traffic needs the intra-node fabric (8 GPUs per node).
@@ -41,11 +44,12 @@ class LayoutSuggestion(NamedTuple):
 
 
 def suggest_layouts(model: ModelSpec, layout: Layout, gpu: GPULike, max_gpus: int = 64,
-                    limit: int = 5) -> list[LayoutSuggestion]:
-    """Up to ``limit`` layouts that fit ``gpu``, using at most ``max_gpus`` GPUs (empty if none does)."""
+                    limit: int = 5, *, headroom: MemoryHeadroom = DEFAULT_HEADROOM) -> list[LayoutSuggestion]:
+    """Up to ``limit`` layouts that fit ``gpu`` with ``headroom`` kept free, using at most ``max_gpus``
+    GPUs (empty if none does)."""
     if max_gpus < 1 or limit < 1:
         raise LayoutError(f"max_gpus = {max_gpus} and limit = {limit} must be >= 1")
-    capacity = int(gpu.memory_bytes)
+    capacity = headroom.usable_bytes(int(gpu.memory_bytes))
     # Per kind of change (which knobs moved, not by how much) keep the variant with the fewest GPUs, so
     # the answer offers distinct recipes (e.g. offload on 2 GPUs, ZeRO-3 on 8) rather than near-copies.
     best: dict[frozenset[str], tuple[int, int, int, LayoutSuggestion]] = {}

@@ -6,6 +6,11 @@ Sources of the shapes:
   padded vocabulary 51200 and s = 2048, as trained in Narayanan et al. SC'21 and Korthikanti et al. 2022.
 * ``megatron-*``: every row of Narayanan et al. SC'21 Table 1 (``shared/reference/megatron_sc21_table1.csv``):
   GPT recipe with LayerNorm, biases, learned positions, tied embeddings, f = 4h, V = 51200, s = 2048.
+* ``megatron-h100-*``: the GPT models of Megatron-LM's H100 weak-scaling table (README "Training Speed and
+  Scalability", images/model_table.png, commit f2e5db4 of 2024-07-15, Megatron-Core r0.8.0): layers, hidden
+  size and heads from the table; V = 131072 and s = 4096 from the README text; untied input and output
+  embeddings, because only then do the shapes add up to the table's sizes (e.g. 24 * 12 * 2048^2 +
+  2 * 131072 * 2048 = 1.75e9 for "1.7B", 112 * 12 * 18432^2 + 2 * 131072 * 18432 = 461.4e9 for "462B").
 * ``korthikanti-22b``: Korthikanti et al. 2022 Table 3 (48 layers, h = 6144, 64 heads). Its 175B, 530B
   and 1T models have exactly the shapes of ``gpt3-175b``, ``megatron-529.6b`` and ``megatron-1t``; the
   aliases ``korthikanti-175b``, ``korthikanti-530b`` and ``korthikanti-1t`` name them.
@@ -20,6 +25,7 @@ Sources of the shapes:
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 
@@ -54,10 +60,31 @@ MEGATRON_TABLE1_SHAPES: tuple[tuple[str, int, int, int], ...] = (
     ("megatron-1t", 128, 25600, 160),
 )
 
+#: (name, layers, hidden, heads) of Megatron-LM's H100 weak-scaling table (README, model_table.png).
+MEGATRON_H100_SHAPES: tuple[tuple[str, int, int, int], ...] = (
+    ("megatron-h100-1.7b", 24, 2048, 16),
+    ("megatron-h100-7.1b", 30, 4096, 32),
+    ("megatron-h100-16b", 32, 6144, 48),
+    ("megatron-h100-32b", 48, 7168, 56),
+    ("megatron-h100-70b", 84, 8192, 64),
+    ("megatron-h100-119b", 92, 10240, 80),
+    ("megatron-h100-177b", 96, 12288, 96),
+    ("megatron-h100-314b", 96, 16384, 128),
+    ("megatron-h100-462b", 112, 18432, 144),
+)
+
+
+def _gpt_untied(name: str, layers: int, hidden: int, heads: int, *, vocab: int, seq: int) -> ModelSpec:
+    return ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, vocab_size=vocab,
+                     seq_length=seq, tied_embeddings=False)
+
+
 _PRESETS: tuple[ModelSpec, ...] = (
     _gpt("gpt3-175b", 96, 12288, 96),
     *(_gpt(name, layers, hidden, heads) for name, layers, hidden, heads in MEGATRON_TABLE1_SHAPES),
     _gpt("korthikanti-22b", 48, 6144, 64),
+    *(_gpt_untied(name, layers, hidden, heads, vocab=131072, seq=4096)
+      for name, layers, hidden, heads in MEGATRON_H100_SHAPES),
     _llama("llama2-7b", 32, 4096, 32, 32, 11008, vocab=32000, seq=4096),
     _llama("llama2-13b", 40, 5120, 40, 40, 13824, vocab=32000, seq=4096),
     _llama("llama2-70b", 80, 8192, 64, 8, 28672, vocab=32000, seq=4096),
@@ -114,13 +141,22 @@ _WIDTH_FAMILY: tuple[tuple[int, int, int], ...] = (
 MIN_PARAMS_FOR_SHAPE = 50_000_000
 
 
+#: MLP-width step :func:`model_from_params` moves in: 16 keeps the width divisible by every tensor-parallel
+#: degree up to 16 (two 8-GPU nodes; the layout search keeps tp within a node).
+FFN_STEP = 16
+
+
 def model_from_params(n_params: float) -> ModelSpec:
-    """A GPT-style model (Megatron recipe, V = 51200, s = 2048) with about ``n_params`` parameters.
+    """A GPT-style model (Megatron recipe, V = 51200, s = 2048) with ``n_params`` parameters, as closely as
+    its shape allows.
 
     Rule: take the reference shape (GPT-2 small/medium/large or an SC'21 Table 1 row) whose own parameter
     count is nearest to ``n_params`` on a log scale, keep its width and head count, and choose the layer
-    count (at least 1) that brings the total closest to ``n_params``. The result is within half a layer
-    (``~12h^2`` parameters, under 3% for every size above 1B) of the request.
+    count (at least 1) that brings the total closest to ``n_params``; then move the MLP width off ``4h`` in
+    steps of :data:`FFN_STEP` to close the rest. What is left is at most half of
+    :func:`params_granularity` (``L * 16 * (2h + 1)`` parameters: 0.03% of 7.5B) instead of half a layer
+    (``12 h^2``: 2.7% of 7.5B). ``--params 7.5e9`` is 7,500,820,416 parameters (MLP width 16496), not
+    the 7.47B of the SC'21 row whose width and depth it borrows.
     """
     if isinstance(n_params, bool) or not isinstance(n_params, (int, float)) or not math.isfinite(n_params):
         raise ModelError(f"--params = {n_params!r} must be a number of parameters such as 7e9")
@@ -139,7 +175,23 @@ def model_from_params(n_params: float) -> ModelSpec:
     per_layer = param_count(two_layers) - param_count(one_layer)
     fixed = param_count(one_layer) - per_layer
     layers = max(1, round((n_params - fixed) / per_layer))
-    return _gpt(f"gpt-{_short(n_params)}", layers, hidden, heads)
+    base = _gpt(f"gpt-{_short(n_params)}", layers, hidden, heads)
+    step = params_granularity(base)
+    ffn = 4 * hidden + FFN_STEP * round((n_params - param_count(base)) / step)
+    return dataclasses.replace(base, ffn_hidden_size=max(FFN_STEP, ffn))
+
+
+def params_granularity(model: ModelSpec) -> int:
+    """Parameters one :data:`FFN_STEP` of MLP width adds to ``model`` (the resolution of ``--params``)."""
+    wider = dataclasses.replace(model, ffn_hidden_size=model.ffn_size + FFN_STEP)
+    return param_count(wider) - param_count(model)
+
+
+def params_note(model: ModelSpec, asked: float) -> str:
+    """How close ``model`` is to the ``asked`` count, and the step the shape moves in."""
+    count = param_count(model)
+    return (f"asked {asked:.4g}: off by {count - asked:+,.0f} ({(count - asked) / asked:+.3%}); the shape "
+            f"moves in steps of {params_granularity(model):,} (MLP width {model.ffn_size} in steps of {FFN_STEP})")
 
 
 def _short(n_params: float) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from simgrid.gcpause import collector_paused
 from simgrid.ir.ops import Op
-from simgrid.ir.program import LazyRanks, Program
+from simgrid.ir.program import LazyRanks, MetaValue, Program
 from simgrid.layout.mesh import Mesh, RankCoord
 from simgrid.layout.spec import Layout, check_layout
 from simgrid.model.spec import ModelSpec
@@ -45,6 +45,7 @@ from simgrid.schedules.lower.optimizer import (
 from simgrid.schedules.lower.p2p import add_pipeline_p2p
 from simgrid.schedules.lower.tensor_parallel import add_context_parallel, add_tensor_parallel
 from simgrid.schedules.lower.zero3 import add_zero3
+from simgrid.schedules.pipeline import PipelineOrder
 
 GENERATOR = "simgrid.schedules.build_program"
 
@@ -120,15 +121,22 @@ def program_groups(ctx: LoweringContext) -> dict[str, tuple[int, ...]]:
                     )
     return groups
 
-def build_program(model: ModelSpec, layout: Layout, *, granularity: Granularity = "block") -> Program:
-    """Lower ``layout``'s pipeline schedule for ``model`` into a Program covering every rank."""
+def build_program(model: ModelSpec, layout: Layout, *, granularity: Granularity = "block",
+                  order: PipelineOrder | None = None) -> Program:
+    """Lower ``layout``'s pipeline schedule for ``model`` into a Program covering every rank; with
+    ``order`` (e.g. :func:`simgrid.schedules.imported.read_pipeline_csv`), lower that compute order instead
+    (it must match the layout's pipeline shape; :func:`~simgrid.schedules.imported.layout_for_order`)."""
     with collector_paused():
-        return _build(model, layout, granularity)
+        return _build(model, layout, granularity, order)
 
 
-def _build(model: ModelSpec, layout: Layout, granularity: Granularity) -> Program:
+def _build(model: ModelSpec, layout: Layout, granularity: Granularity, order: PipelineOrder | None) -> Program:
     check_layout(model, layout)
-    ctx = LoweringContext(model=model, layout=layout, granularity=granularity)
+    if order is not None:
+        from simgrid.schedules.imported import check_order
+
+        check_order(order, layout, "pipeline order")
+    ctx = LoweringContext(model=model, layout=layout, granularity=granularity, imported_order=order)
     roles = build_roles(ctx)
     server_differs = layout.dp_mode == "parameter-server" and layout.dp > 1
     makers: list[list[RoleInstantiator]] = []  # [pp_rank][0: ordinary rank, 1: the parameter server]
@@ -150,7 +158,9 @@ def _build(model: ModelSpec, layout: Layout, granularity: Granularity) -> Progra
     for pp_rank in range(layout.pp):
         for dp in range(dp_size):
             lengths += [len(makers[pp_rank][1 if dp and server_differs else 0].template)] * (tp_size * cp_size)
-    meta = {"generator": GENERATOR, "schedule": ctx.schedule, "granularity": granularity,
-            "num_microbatches": ctx.num_microbatches}
+    meta: dict[str, MetaValue] = {"generator": GENERATOR, "schedule": ctx.schedule, "granularity": granularity,
+                                  "num_microbatches": ctx.num_microbatches}
+    if order is not None:
+        meta["pipeline_order"] = "imported"
     return Program(model=model, layout=layout, groups=program_groups(ctx), ranks=LazyRanks(make_rank, lengths),
                    meta=meta)

@@ -45,7 +45,7 @@ from simgrid.model.spec import ModelSpec
 from simgrid.schedules.lower.compute import action_compute_ops, add_recompute
 from simgrid.schedules.lower.context import LoweringContext, Step
 from simgrid.schedules.lower.tensor_parallel import add_context_parallel, add_tensor_parallel
-from simgrid.schedules.pipeline import pipeline_order
+from simgrid.schedules.pipeline import flatten_order, pipeline_order
 
 COST_FREE_FIELDS = ("dp", "pp", "vpp", "zero", "global_batch_size", "schedule")
 """Layout fields no per-block cost (:func:`simgrid.model.block_cost`) reads, beyond whether ``pp > 1`` (the
@@ -282,18 +282,17 @@ class BoundModel:
         found = self._kinds.get(key)
         if found is None:
             try:
-                rows = pipeline_order(key[2], layout.pp, layout.pp, layout.vpp)
+                rows = flatten_order(pipeline_order(key[2], layout.pp, layout.pp, layout.vpp))
             except ScheduleError:
-                rows = pipeline_order(key[2], layout.pp, layout.num_microbatches, layout.vpp)
+                rows = flatten_order(pipeline_order(key[2], layout.pp, layout.num_microbatches, layout.vpp))
             kinds: dict[int, set[str]] = {}
             for row in rows:
                 for a in row:
-                    kinds.setdefault(a.stage, set()).add(a.kind)
-            unknown = {k for ks in kinds.values() for k in ks} - set(_KINDS)
-            if unknown or len(kinds) != layout.num_stages or any("F" not in ks for ks in kinds.values()) \
-                    or any(not ks & {"B", "I"} for ks in kinds.values()):
-                raise ScheduleError(f"bounds: schedule {key[2]!r} runs actions {sorted(unknown)} or skips a "
-                                    "stage's forward or backward; the bound knows F, B, I and W")
+                    if a.kind in _KINDS:  # bookkeeping actions (UNSHARD, REDUCE_GRAD, ...) compute nothing
+                        kinds.setdefault(a.stage, set()).add(a.kind)
+            if len(kinds) != layout.num_stages or any("F" not in ks or not ks & {"B", "I"} for ks in kinds.values()):
+                raise ScheduleError(f"bounds: schedule {key[2]!r} skips a stage's forward or backward; the bound "
+                                    "assumes every stage runs both")
             found = self._kinds[key] = [frozenset(kinds[s]) for s in range(layout.num_stages)]
         return found
 
@@ -301,7 +300,9 @@ class BoundModel:
         key = (str(layout.schedule), layout.pp, layout.num_microbatches, layout.vpp)
         found = self._orders.get(key)
         if found is None:
-            found = self._orders[key] = _make_order(*key)
+            # The order the program builder lowers (its context flattens OVERLAP_F_B units into their parts).
+            order = LoweringContext(model=self.model, layout=layout, granularity=self.granularity).order  # type: ignore[arg-type]
+            found = self._orders[key] = _make_order(order, key)
         return found
 
 
@@ -340,11 +341,11 @@ def _signature(ctx: LoweringContext, tables: dict[str, Any], block: int) -> int:
     return found
 
 
-def _make_order(schedule: str, pp: int, m: int, vpp: int) -> _Order:
-    """The order's actions with the unit-time dependency rules of :mod:`simgrid.schedules.unit_time` (F
-    after the previous stage's F; B/I after the next stage's B/I and its own F; W after its own I), listed
-    so that every action comes after its dependencies."""
-    rows = pipeline_order(schedule, pp, m, vpp)
+def _make_order(order_rows: list[list[Action]], key: tuple[Any, ...]) -> _Order:
+    """The order's compute actions with the unit-time dependency rules of :mod:`simgrid.schedules.unit_time`
+    (F after the previous stage's F; B/I after the next stage's B/I and its own F; W after its own I),
+    listed so that every action comes after its dependencies. Bookkeeping actions are left out."""
+    rows = [[a for a in row if a.kind in _KINDS] for row in order_rows]
     order = _Order(num_ranks=len(rows))
     num_stages = 1 + max((a.stage for row in rows for a in row), default=0)
     key_index: dict[tuple[int, str], int] = {}
@@ -380,6 +381,6 @@ def _make_order(schedule: str, pp: int, m: int, vpp: int) -> _Order:
             if woken is not None:
                 runnable.extend(woken)
     if len(order.topo) != sum(len(row) for row in rows):
-        raise ValueError(f"bounds: pipeline order {schedule} pp={pp} m={m} vpp={vpp} deadlocks")
+        raise ScheduleError(f"bounds: pipeline order {key} deadlocks")
     order.keys = list(key_index)
     return order

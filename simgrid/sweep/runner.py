@@ -244,7 +244,7 @@ def sweep_layouts(
         if bounded and candidates:
             with collector_paused():
                 local = LayoutEvaluator(spec, cluster, gpus, options)
-                bounds = [local.bounds.quick(layout) for layout in candidates]
+                bounds = [_quick_bound(local, layout) for layout in candidates]
         outcome = branch_and_bound(
             candidates, bounds, engine.evaluate if engine is not None else (lambda tasks: []),
             keep=exact_top if bounded else None, prune_recompute=prune_recompute,
@@ -312,6 +312,14 @@ def describe_layout(layout: Layout) -> str:
 
 
 # -- helpers ----------------------------------------------------------------------------------------
+
+
+def _quick_bound(evaluator: LayoutEvaluator, layout: Layout) -> float:
+    """The layout's quick bound, or 0 (always admissible: the layout is simulated) if it cannot be had."""
+    try:
+        return float(evaluator.bounds.quick(layout))
+    except Exception:  # a schedule or op the bound does not know: no pruning for this layout, no error
+        return 0.0
 
 
 def _resolve_model(model: ModelSpec | str) -> ModelSpec:

@@ -88,7 +88,7 @@ def enumerate_layout_space(
         for tp in _tp_degrees(gpus // cp, gpus_per_node, c):
             for pp in _pp_degrees(gpus // (tp * cp), model.num_layers, c):
                 dp = gpus // (tp * pp * cp)
-                if (c.dp is not None and dp != c.dp) or (c.max_dp is not None and dp > c.max_dp):
+                if (c.dp is not None and dp not in _values(c.dp)) or (c.max_dp is not None and dp > c.max_dp):
                     continue
                 degree_error = _degree_error(model, dp=dp, tp=tp, pp=pp, cp=cp, global_batch=global_batch)
                 if degree_error is not None:
@@ -99,7 +99,8 @@ def enumerate_layout_space(
                                        global_batch=global_batch, c=c):
                     tried += 1
                     try:
-                        layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, global_batch_size=global_batch, **kwargs)
+                        layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, global_batch_size=global_batch,
+                                        **dict(c.recipe), **kwargs)
                         check_layout(model, layout)
                         _check_schedule(layout)
                     except LayoutError as exc:
@@ -127,12 +128,13 @@ def _recipes(*, dp: int, tp: int, pp: int, cp: int, layers: int, global_batch: i
     else:
         schedule_vpps = []
         for schedule in c.schedules:
-            if schedule == "interleaved-1f1b":
+            if schedule in ("interleaved-1f1b", "interleaved-zb", "looped-bfs"):
+                first = 1 if schedule == "looped-bfs" else 2
                 schedule_vpps += [
-                    (schedule, v) for v in range(2, c.max_vpp + 1)
+                    (schedule, v) for v in (c.vpps or range(first, c.max_vpp + 1))
                     if pp * v <= layers and (c.allow_uneven_stages or layers % (pp * v) == 0)
                 ]
-            elif schedule == "zbv":
+            elif schedule in ("zbv", "dualpipev"):
                 schedule_vpps.append((schedule, 2))
             else:
                 schedule_vpps.append((schedule, 1))
@@ -165,7 +167,7 @@ def _recipes(*, dp: int, tp: int, pp: int, cp: int, layers: int, global_batch: i
 
 def _tp_degrees(gpus: int, gpus_per_node: int, c: SweepConstraints) -> list[int]:
     if c.tp is not None:
-        return [c.tp] if gpus % c.tp == 0 else []
+        return [t for t in _values(c.tp) if gpus % t == 0]
     limit = gpus if c.allow_tp_across_nodes else min(gpus, gpus_per_node)
     if c.max_tp is not None:
         limit = min(limit, c.max_tp)
@@ -180,12 +182,16 @@ def _tp_degrees(gpus: int, gpus_per_node: int, c: SweepConstraints) -> list[int]
 
 def _pp_degrees(gpus_left: int, layers: int, c: SweepConstraints) -> list[int]:
     if c.pp is not None:
-        return [c.pp] if gpus_left % c.pp == 0 else []
+        return [p for p in _values(c.pp) if gpus_left % p == 0]
     limit = min(gpus_left, layers, c.max_pp or gpus_left)
     return [
         p for p in range(1, limit + 1)
         if gpus_left % p == 0 and (c.allow_uneven_stages or layers % p == 0)
     ]
+
+
+def _values(fixed: int | tuple[int, ...]) -> tuple[int, ...]:
+    return fixed if isinstance(fixed, tuple) else (fixed,)
 
 
 def _gpus_per_node(cluster: Any, gpus: int) -> int:

@@ -109,7 +109,16 @@ def test_fast_engine_equals_simpy_on_generated_layouts() -> None:
                                    memory_capacity_bytes=ref.memory.capacity_bytes)
         got = summary_metrics(summary, model=model, layout=layout, peak_flops_per_gpu=peak,
                               memory_capacity_bytes=cluster.gpu.memory_bytes)
-        assert got == expected, what
+        assert got.step_time_s == expected.step_time_s, what
+        # The summary adds the same seconds and FLOPs in another grouping: equal up to rounding.
+        for name, value in expected.to_json_dict().items():
+            mine = got.to_json_dict()[name]
+            if isinstance(value, dict):
+                value, mine = list(value.values()), list(mine.values())
+            if isinstance(value, (float, list)):
+                assert mine == pytest.approx(value, rel=1e-12, abs=1e-12), (what, name)
+            else:
+                assert mine == value, (what, name)
         features |= {layout.schedule or "none", f"zero{layout.zero}", f"rc-{layout.recompute}", ref.mode, granularity}
         features |= {name for name, on in (("cp", layout.cp > 1), ("sp", layout.sequence_parallel),
                                            ("flash", layout.flash_attention), ("offload", layout.offload_optimizer),

@@ -71,7 +71,8 @@ def test_compute_metrics_from_a_trace() -> None:
     assert m.fits is False
     assert set(m.to_json_dict()) == {
         "step_time_s", "tokens_per_s", "tflops_per_gpu", "hw_tflops_per_gpu", "mfu", "hfu", "bubble_fraction",
-        "peak_memory_bytes", "memory_capacity_bytes", "fits", "exposed_comm_s", "world_size"}
+        "peak_memory_bytes", "memory_capacity_bytes", "fits", "exposed_comm_s", "world_size",
+        "memory_reserved_bytes", "memory_verdict"}
 
 
 def test_model_flops_follow_megatron_eq3_without_recompute() -> None:

@@ -49,10 +49,9 @@ class UnsupportedProgram(SimulationError):
 
 
 class _Rank:
-    __slots__ = ("busy", "c_left", "c_op", "c_rate", "c_seg", "c_start", "c_ver", "coll_seq", "durations", "handles",
-                 "inflight",
-                 "live", "mem", "mem_peak", "mem_total", "n", "ops", "ptr", "rank", "speed", "streams", "wait_op",
-                 "wait_start", "waiting", "weight")
+    __slots__ = ("busy", "c_left", "c_op", "c_rate", "c_seg", "c_start", "c_ver", "coll_seq", "durations", "flops",
+                 "handles", "inflight", "live", "mem", "mem_peak", "mem_total", "n", "ops", "ptr", "rank", "speed",
+                 "streams", "wait_op", "wait_start", "waiting", "weight")
 
     def __init__(self, rank: int, ops: tuple[Op, ...], speed: float, weight: int) -> None:
         self.rank = rank
@@ -78,6 +77,7 @@ class _Rank:
         self.mem_peak = 0
         self.busy: float | None = None  # pipeline compute seconds (None until the first F/B/I/W/R op)
         self.durations: dict[int, float] | None = None  # compute seconds by op identity at this rank's speed
+        self.flops = 0.0  # FLOPs of the compute ops run so far
 
 
 def has_rows(ops: tuple[Op, ...]) -> bool:
@@ -111,7 +111,6 @@ class FastLoop:
         # Aggregates for the step metrics (kept in trace order so sums round exactly as the metrics do).
         self.window_start = float("inf")
         self.window_end = float("-inf")
-        self.executed_flops = 0.0
         self.waits: list[tuple[int, str, float, float]] = []
         """(rank, purpose, end_s, exposed_s) of every WAIT that blocked, in trace order."""
         self.busy_order: list[int] = []
@@ -142,11 +141,10 @@ class FastLoop:
         now = 0.0
         eid = 0
         makespan = 0.0
-        flops_total = 0.0
         window_start, window_end = float("inf"), float("-inf")
 
         def compute_row(st: _Rank, op: Any, start: float, end: float) -> None:
-            nonlocal makespan, flops_total, window_start, window_end
+            nonlocal makespan, window_start, window_end
             if keep_rows:
                 rows.append(_row(TraceRow, (st.rank, "host" if op.device == "cpu" else "compute", op, op.kind,
                                             "compute", start, end, 0, float(op.flops), op.stage, op.microbatch,
@@ -156,7 +154,7 @@ class FastLoop:
             # What simgrid.metrics reads from this row: FLOPs, and for F/B/I/W/R the window and busy time.
             flops = float(op.flops)
             if flops:
-                flops_total += flops * st.weight
+                st.flops += flops
             if op.kind in pipeline_kinds:
                 if start < window_start:
                     window_start = start
@@ -345,7 +343,7 @@ class FastLoop:
                         makespan = now
                     flops = float(op.flops)
                     if flops:
-                        flops_total += flops * st.weight
+                        st.flops += flops
                     if op.kind in pipeline_kinds:
                         if began < window_start:
                             window_start = began
@@ -399,7 +397,6 @@ class FastLoop:
             for st in resume:
                 advance(st)
         self.makespan_s = makespan
-        self.executed_flops = flops_total
         self.window_start, self.window_end = window_start, window_end
         stuck = [st for st in states.values() if st.ptr < st.n or st.waiting is not None]
         if stuck or pending:

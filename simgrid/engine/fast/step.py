@@ -45,7 +45,7 @@ def simulate_step(program: Program, cluster: Cluster | None = None, *, mode: str
             weights={r: multiplicity[r] for r in sorted(with_rows)},
             window_s=(loop.window_start, loop.window_end) if loop.busy_order else (0.0, 0.0),
             busy_s={r: float(states[r].busy or 0.0) for r in loop.busy_order},
+            flops={r: states[r].flops for r in with_rows},
             waits=tuple(loop.waits),
-            executed_flops=loop.executed_flops,
             peak_memory_bytes={r: states[r].mem_peak for r in plan.simulated},
         )

@@ -1,24 +1,25 @@
-"""Step metrics straight from the fast loop's aggregates, without a trace row per op.
+"""Step metrics from the fast loop's aggregates, without a trace row per op.
 
-A layout search needs a step's headline numbers, not its trace. :func:`simgrid.metrics.compute_metrics`
-derives them from the rows; :class:`StepSummary` keeps only what those derivations read (the pipeline
-window, each rank's F/B/I/W/R seconds, the WAITs that blocked, executed FLOPs, memory peaks), collected
-in trace order so that every sum adds the same numbers in the same order. :func:`summary_metrics` then
-applies the definitions of :mod:`simgrid.metrics` to them. ``tests/engine/test_fast_equivalence.py``
-checks that both routes give the same :class:`~simgrid.metrics.Metrics`.
+A layout search needs a step's headline numbers, not its trace. :class:`StepSummary` keeps what
+:mod:`simgrid.metrics` reads from the rows (the step's end, the pipeline window, each rank's F/B/I/W/R
+seconds and FLOPs, the exposed part of every WAIT that blocked, memory peaks). :func:`summary_trace`
+turns it into a trace of a few rows per rank that gives the same sums (the busy seconds of a rank as one
+row, its exposed waits as one row per purpose), and :func:`summary_metrics` hands that to
+:func:`simgrid.metrics.compute_metrics` itself, so the definitions live in one place.
+``tests/engine/test_fast_equivalence.py`` checks the result against the metrics of the full trace.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from simgrid.metrics import COMM_KINDS, Metrics
-from simgrid.trace import comm_kind
+from simgrid.trace import Trace, TraceRow
 
 if TYPE_CHECKING:
     from simgrid.layout import Layout
+    from simgrid.metrics import Metrics
     from simgrid.model.spec import ModelSpec
 
 
@@ -38,10 +39,10 @@ class StepSummary:
     """First start and last end of any F/B/I/W/R op; ``(0, 0)`` without one."""
     busy_s: Mapping[int, float]
     """F/B/I/W/R seconds per rank, in the order ranks first ran one."""
+    flops: Mapping[int, float]
+    """FLOPs of every compute op each rank ran (one rank, not its replicas)."""
     waits: tuple[tuple[int, str, float, float], ...]
     """(rank, purpose, end_s, exposed_s) of every WAIT that blocked on running communication."""
-    executed_flops: float
-    """FLOPs of every executed compute op, replicas included."""
     peak_memory_bytes: Mapping[int, int] = field(default_factory=dict)
     """Peak device memory per simulated rank."""
 
@@ -51,61 +52,37 @@ class StepSummary:
         return max(self.peak_memory_bytes.values(), default=0)
 
 
-def bubble_fraction(summary: StepSummary) -> float:
-    """:func:`simgrid.metrics.bubble_fraction` from a summary."""
+def summary_trace(summary: StepSummary) -> Trace:
+    """A small trace with the same step metrics as the step's full trace (see the module docstring)."""
     t0, t1 = summary.window_s
-    span = t1 - t0
-    if span <= 0:
-        return 0.0
-    used = dict(summary.busy_s)
-    for rank, _, end, exposed in summary.waits:
-        if rank in used:
-            lo, hi = max(end - exposed, t0), min(end, t1)
-            if hi > lo:
-                used[rank] += hi - lo
-    weights = summary.weights
-    total_weight = sum(weights[r] for r in used)
-    busy = sum(weights[r] * t for r, t in used.items())
-    return max(0.0, 1.0 - busy / (total_weight * span))
-
-
-def exposed_comm_by_kind(summary: StepSummary) -> dict[str, float]:
-    """:func:`simgrid.metrics.exposed_comm_by_kind` from a summary."""
-    weights = summary.weights
-    total_weight = sum(weights.values())
-    out = dict.fromkeys(COMM_KINDS, 0.0)
-    if not total_weight:
-        return out
-    for rank, purpose, _, exposed in summary.waits:
-        kind = comm_kind(purpose)
-        if kind in out:
-            out[kind] += exposed * weights[rank]
-    return {k: v / total_weight for k, v in out.items()}
+    rows: list[TraceRow] = []
+    for rank in summary.weights:  # every rank with rows, so ranks() and the weights agree
+        rows.append(TraceRow(rank, "compute", "", "OPT", "compute", 0.0, 0.0, flops=summary.flops.get(rank, 0.0)))
+    if summary.weights:
+        first = next(iter(summary.weights))
+        rows.append(TraceRow(first, "compute", "", "OPT", "compute", summary.makespan_s, summary.makespan_s))
+    if summary.busy_s:
+        first = next(iter(summary.busy_s))
+        rows.append(TraceRow(first, "compute", "", "F", "compute", t0, t0))  # pins the window's start
+        for rank, busy in summary.busy_s.items():  # F/B/I/W/R ops of a rank never overlap: busy <= t1 - t0
+            rows.append(TraceRow(rank, "compute", "", "F", "compute", t1 - busy, t1))
+    exposed: dict[tuple[int, str], float] = {}
+    for rank, purpose, end, seconds in summary.waits:
+        if t0 <= end - seconds and end <= t1:  # inside the window: only the total matters
+            exposed[(rank, purpose)] = exposed.get((rank, purpose), 0.0) + seconds
+        else:  # straddles or leaves the window: kept as it is, the bubble clips it
+            rows.append(TraceRow(rank, "compute", "", "WAIT", purpose, end - seconds, end, exposed_s=seconds))
+    for (rank, purpose), seconds in exposed.items():  # one rank's waits never overlap: the sum fits the window
+        rows.append(TraceRow(rank, "compute", "", "WAIT", purpose, t1 - seconds, t1, exposed_s=seconds))
+    return Trace(rows, meta={"multiplicity": {str(r): w for r, w in summary.weights.items()}})
 
 
 def summary_metrics(summary: StepSummary, *, model: ModelSpec, layout: Layout, peak_flops_per_gpu: float,
-                    memory_capacity_bytes: int) -> Metrics:
-    """The :class:`~simgrid.metrics.Metrics` :func:`simgrid.metrics.compute_metrics` gives for the same step."""
-    from simgrid.model import model_flops_per_iteration
+                    memory_capacity_bytes: int, **options: Any) -> Metrics:
+    """:func:`simgrid.metrics.compute_metrics` of the step (``options``: its other keyword arguments,
+    e.g. ``memory_headroom``), the peak memory being the summary's."""
+    from simgrid.metrics import compute_metrics
 
-    world = layout.world_size
-    step = summary.makespan_s
-    model_flops = model_flops_per_iteration(model, layout.gbs)
-    hw_flops = summary.executed_flops
-    per_gpu = (lambda flops: flops / step / world) if step > 0 else (lambda flops: 0.0)
-    model_rate, hw_rate = per_gpu(model_flops), per_gpu(hw_flops)
-    peak = summary.peak_bytes
-    return Metrics(
-        step_time_s=step,
-        tokens_per_s=layout.gbs * model.seq_length / step if step > 0 else 0.0,
-        tflops_per_gpu=model_rate / 1e12,
-        hw_tflops_per_gpu=hw_rate / 1e12,
-        mfu=model_rate / peak_flops_per_gpu,
-        hfu=hw_rate / peak_flops_per_gpu,
-        bubble_fraction=bubble_fraction(summary),
-        exposed_comm_s=exposed_comm_by_kind(summary),
-        peak_memory_bytes=int(peak),
-        memory_capacity_bytes=int(memory_capacity_bytes),
-        fits=peak <= memory_capacity_bytes,
-        world_size=world,
-    )
+    return compute_metrics(summary_trace(summary), model=model, layout=layout, peak_flops_per_gpu=peak_flops_per_gpu,
+                           peak_memory_bytes=summary.peak_bytes, memory_capacity_bytes=memory_capacity_bytes,
+                           **options)

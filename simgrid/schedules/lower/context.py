@@ -25,7 +25,14 @@ from simgrid.layout.mesh import Mesh, RankCoord
 from simgrid.layout.spec import Layout
 from simgrid.model.spec import ModelSpec
 from simgrid.schedules.buckets import Bucket, grad_buckets
-from simgrid.schedules.pipeline import PipelineOrder, pipeline_order, rank_stages, stage_chunk, stage_to_rank
+from simgrid.schedules.pipeline import (
+    PipelineOrder,
+    flatten_order,
+    pipeline_order,
+    rank_stages,
+    stage_chunk,
+    stage_to_rank,
+)
 
 if TYPE_CHECKING:
     from simgrid.memory.states import ModelStates
@@ -56,6 +63,9 @@ class LoweringContext:
     model: ModelSpec
     layout: Layout
     granularity: Granularity = "block"
+    imported_order: PipelineOrder | None = None
+    """A compute order to lower instead of the layout schedule's own (e.g. from a torch CSV); it must
+    place stages as the layout does (:func:`simgrid.schedules.imported.check_order`)."""
 
     def __post_init__(self) -> None:
         if self.granularity not in GRANULARITIES:
@@ -92,7 +102,11 @@ class LoweringContext:
     def order(self) -> PipelineOrder:
         """Compute-only pipeline order, per pipeline rank."""
         lay = self.layout
-        return pipeline_order(self.schedule, lay.pp, self.num_microbatches, lay.vpp)
+        order = self.imported_order
+        if order is None:
+            order = pipeline_order(self.schedule, lay.pp, self.num_microbatches, lay.vpp)
+        # OVERLAP_F_B units run their two computations back to back (torch's runtime default), each its own step.
+        return flatten_order(order)
 
     def coord(self, pp_rank: int) -> RankCoord:
         """Canonical coordinates of a role: the ``dp = 0, tp = 0`` (and ``cp = 0``) rank of the pipeline rank."""
