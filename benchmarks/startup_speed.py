@@ -21,6 +21,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 TARGET_S = 0.3
@@ -39,7 +40,8 @@ def _command() -> list[str]:
 def _time_once(argv: list[str]) -> tuple[float, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([*_command(), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    subprocess.run([*_command(), *argv], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                   cwd=tempfile.gettempdir())
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -47,8 +49,9 @@ def _time_once(argv: list[str]) -> tuple[float, float]:
 
 
 def _heavy_imports(argv: list[str]) -> str:
+    # Run outside the repository: ``python -c`` puts the working directory first on sys.path.
     out = subprocess.run([sys.executable, "-c", PROBE.format(heavy=HEAVY), *argv], capture_output=True, text=True,
-                         check=False)
+                         check=False, cwd=tempfile.gettempdir())
     line = next((li for li in out.stderr.splitlines() if li.startswith("LOADED")), "LOADED ?")
     return line.removeprefix("LOADED").strip() or "none"
 

@@ -28,14 +28,15 @@ from simgrid.model import get_model
 from simgrid.model.spec import ModelSpec
 from simgrid.schedules import build_program
 from simgrid.schedules.pipeline import check_schedule
+from simgrid.sweep.constraints import ALL_PIPELINE_SCHEDULES
 
 TINY_LLAMA = ModelSpec(name="tiny-llama", num_layers=6, hidden_size=64, num_heads=8, num_kv_heads=2,
                        ffn_hidden_size=176, gated_mlp=True, vocab_size=512, seq_length=64, tied_embeddings=False,
                        norm="rmsnorm", position="rope", bias=False)
 MODELS = (get_model("tiny-gpt"), get_model("small-gpt"), TINY_LLAMA)
 CLUSTERS = ("dgx-a100-hdr", "dgx-h100-ndr", "rtx4090-10gbe", "dgx1-v100-edr")
-SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv")
-CASES = 240
+SCHEDULES = ALL_PIPELINE_SCHEDULES
+CASES = 300
 
 
 @cache
@@ -58,9 +59,10 @@ def _random_case(rng: random.Random) -> tuple[ModelSpec, str, Layout, str, str, 
         pp = rng.choice(_divisors(world // (tp * cp)))
         dp = world // (tp * cp * pp)
         schedule = "none" if pp == 1 else rng.choice(SCHEDULES)
-        vpp = {"interleaved-1f1b": rng.choice((2, 3)), "zbv": 2}.get(schedule, 1)
+        vpp = {"interleaved-1f1b": rng.choice((2, 3)), "interleaved-zb": 2, "looped-bfs": rng.choice((1, 2)),
+               "zbv": 2, "dualpipev": 2}.get(schedule, 1)
         mbs = rng.choice((1, 2))
-        m = rng.choice((1, 2, 3, 4, 6, 8)) if schedule != "interleaved-1f1b" else pp * rng.choice((1, 2))
+        m = rng.choice((1, 2, 3, 4, 6, 8)) if "interleaved" not in schedule else pp * rng.choice((1, 2))
         zero = rng.choice((0, 1) if pp > 1 else (0, 1, 2, 3))
         recompute = rng.choice(("none", "selective", "full"))
         flash = rng.random() < 0.3 and recompute != "selective"
@@ -89,7 +91,7 @@ def _cases() -> list[tuple[ModelSpec, str, Layout, str, str, dict[int, float]]]:
 
 @pytest.mark.slow
 def test_fast_engine_equals_simpy_on_generated_layouts() -> None:
-    """240 generated layouts: identical rows, memory, step time, mode and notes; summary metrics equal."""
+    """300 generated layouts: identical rows, memory, step time, mode and notes; summary metrics equal."""
     features: set[str] = set()
     for model, cluster_name, layout, granularity, mode, speeds in _cases():
         program = build_program(model, layout, granularity=granularity)  # type: ignore[arg-type]
