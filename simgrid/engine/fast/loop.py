@@ -10,7 +10,9 @@ them and ties break the same way. The result is the same trace row for row, bit 
 ``tests/engine/test_fast_equivalence.py`` checks that over hundreds of generated layouts.
 
 Durations come from the same :class:`~simgrid.engine.costmodel.DurationCache` the interpreter uses, so
-this module holds no cost formula. Flow mode (link sharing) is not handled here: it stays on SimPy.
+this module holds no cost formula. Flow mode (link sharing) is not handled here: it stays on SimPy. An op
+class the loop does not know stops it with :class:`UnsupportedProgram` (``simulate_program(engine="auto")``
+then runs the program on SimPy), never with a guessed answer.
 
 Two recording levels: ``rows=True`` keeps every trace row (what :class:`~simgrid.trace.Trace` needs);
 ``rows=False`` keeps only the aggregates the step metrics need (:class:`~.summary.StepSummary`): busy
