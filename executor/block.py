@@ -47,6 +47,9 @@ class BlockModule(nn.Module):
 
     positions: torch.Tensor
     """Under context parallelism: global positions of the rank's tokens (:meth:`CPContext.positions`)."""
+    compute_dtype: torch.dtype | None = None
+    """Autocast dtype of the forward segments (None: fp32); set by the rank that runs the block
+    (:func:`executor.precision.compute_dtype`). Parameters stay fp32: they are the master weights."""
 
     def __init__(self, spec: ModelSpec, index: int, tp: TPContext, cp: CPContext | None = None) -> None:
         super().__init__()

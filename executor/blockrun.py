@@ -18,6 +18,7 @@ from __future__ import annotations
 import torch
 
 from executor.block import BlockModule
+from executor.precision import autocast
 from executor.tp import VOCAB_CE, vocab_ce_stats
 from simgrid.errors import ProgramError
 
@@ -69,7 +70,8 @@ class BlockRun:
             j = self.fwd_done
             if j > 0 and self.leaves[j - 1] is None:
                 return j - 1
-            with torch.set_grad_enabled(not self.no_grad_forward):
+            with torch.set_grad_enabled(not self.no_grad_forward), \
+                    autocast(self.module.compute_dtype, self.block_input.device):
                 out = self.module.segment(j, self)
             self.outputs[j] = out
             self.fwd_done += 1

@@ -68,12 +68,26 @@ def _parser() -> argparse.ArgumentParser:
         "calibrate", help="micro-benchmark this machine and write a cluster profile", formatter_class=raw,
         description="Measure compute ops at the model's shapes, collectives and send/recv at its message sizes, "
         "the compute slowdown under communication and the interpreter's own overhead, and write a cluster "
-        "profile with those tables for `simgrid-exec validate` and the simulator.",
-        epilog="example: simgrid-exec calibrate --out localhost.toml --ranks 2")
+        "profile with those tables for `simgrid-exec validate` and the simulator. With --device cuda (the "
+        "default when a GPU is visible) measure the GPU instead: GEMMs at the models' shapes, fused attention "
+        "by sequence length, memory-bound kernels, sustained vs burst throughput and launch overhead, fitted "
+        "to the device's datasheet profile (docs/gpu_validation.md).",
+        epilog="examples: simgrid-exec calibrate --out localhost.toml --ranks 2\n"
+        "          simgrid-exec calibrate --device cuda --out h100.toml --bench-json h100.json")
     # small-gpt: a step long enough that compute, not gloo wake-up jitter, decides it (see presets).
     add_model_layout_args(cal, default_model="small-gpt")
     cal.add_argument("--out", default=DEFAULT_PROFILE, help=f"profile path (default {DEFAULT_PROFILE})")
     cal.add_argument("--ranks", type=positive_int, default=2, help="ranks to calibrate for (default 2)")
+    cal.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                     help="cuda: micro-benchmark this GPU and fit its datasheet profile; cpu: measure gloo ranks "
+                     "in situ on --model; auto (default): cuda when a GPU is visible")
+    cal.add_argument("--models", help="cuda: comma-separated PRESET[:TP] whose shapes are measured (default: "
+                     "gpt3-125m, gpt3-350m, gpt3-1.3b, gpt3-2.7b, llama3-8b, gpt3-175b:8)")
+    cal.add_argument("--sustained-s", type=float, default=60.0,
+                     help="cuda: seconds of the sustained-throughput GEMM run (default 60)")
+    cal.add_argument("--datasheet", help="cuda: cluster profile of this GPU's datasheet when its name has no "
+                     "shipped one (default: chosen from the device name, e.g. H100 -> dgx-h100-ndr)")
+    cal.add_argument("--bench-json", help="cuda: also write every raw measurement here as JSON")
     val = sub.add_parser(
         "validate", help="run a layout for real and compare with the simulator's prediction", formatter_class=raw,
         description="Simulate a layout on a calibrated profile, run it for real, and print predicted vs "
@@ -107,17 +121,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _model_layout(args: argparse.Namespace, order: Any = None) -> tuple[Any, Any]:
+def _model_layout(args: argparse.Namespace, order: Any = None, *, keep_precision: bool = False) -> tuple[Any, Any]:
+    """Model and layout of the flags; computed in fp32 (the CPU executor's precision) unless ``keep_precision``."""
     from executor.validate import fp32
     from simgrid.cli.common import model_layout_from_args
 
     model, layout = model_layout_from_args(args, order=order)
-    return model, fp32(layout)
+    return model, layout if keep_precision else fp32(layout)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from executor.devices import default_backend
     from executor.launch import LaunchConfig
     from executor.runner import run_program, validate_or_raise
+    from executor.validate import fp32
     from simgrid.cli.common import pipeline_order_from_args
     from simgrid.ir.jsonio import load_program
     from simgrid.schedules import build_program
@@ -128,13 +145,16 @@ def _run(args: argparse.Namespace) -> int:
         program = load_program(args.program)
     else:
         order = pipeline_order_from_args(args)
-        model, layout = _model_layout(args, order)
+        # On GPUs (NCCL) the layout's precision is run as it is costed: bf16 autocast over fp32 master weights.
+        model, layout = _model_layout(args, order, keep_precision=True)
+        if default_backend(layout.world_size) != "nccl":
+            layout = fp32(layout)
         program = build_program(model, layout, order=order)
     validate_or_raise(program)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return _run_torchrun(program, args)
     world = len(program.ranks)
-    config = LaunchConfig(world_size=world, run_timeout_s=args.timeout)
+    config = LaunchConfig(world_size=world, run_timeout_s=args.timeout, backend=default_backend(world))
     result = run_program(program, steps=args.steps, seed=args.seed, config=config, collect_weights=False)
     if args.trace:
         result.trace.to_chrome_trace(args.trace)
@@ -244,7 +264,10 @@ def _doctor() -> int:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from executor.calibrate import calibrate
+    from executor.devices import cuda_available
 
+    if args.device == "cuda" or (args.device == "auto" and cuda_available()):
+        return _calibrate_device(args)
     model, _ = _model_layout(args)
     spec, fit = calibrate(model, world_size=args.ranks, out=args.out)
     measured = spec.measured
@@ -256,6 +279,39 @@ def _calibrate(args: argparse.Namespace) -> int:
           f"{spec.node.gpu.comm_compute_slowdown:.0%}")
     if fit.drift_warning():
         print(f"simgrid-exec: {fit.drift_warning()}", file=sys.stderr)
+    return 0
+
+
+def _calibrate_device(args: argparse.Namespace) -> int:
+    """``calibrate --device cuda``: micro-benchmarks of this GPU fitted to its datasheet profile."""
+    from executor.devicecal import calibrate_device, format_calibration, write_bench_json
+    from executor.devices import cuda_available
+    from simgrid.hardware import write_profile
+    from simgrid.model import get_model
+
+    if not cuda_available():
+        raise SimgridError("calibrate --device cuda needs a CUDA GPU and a CUDA build of torch; none is visible "
+                           "here (use --device cpu to calibrate gloo ranks on this CPU)")
+    if not args.sustained_s > 0:
+        raise SimgridError(f"--sustained-s = {args.sustained_s} must be > 0 seconds")
+    models = None
+    if args.models:
+        models = []
+        for item in args.models.split(","):
+            name, _, tp = item.strip().partition(":")
+            if tp and (not tp.isdigit() or int(tp) < 1):
+                raise SimgridError(f"--models: {item!r} must be PRESET or PRESET:TP with TP a positive integer")
+            models.append((get_model(name), int(tp or 1)))
+    out = args.out
+    cal = calibrate_device(models, out=None, datasheet=args.datasheet, sustained_s=args.sustained_s,
+                           progress=lambda text: print(f"calibrate: {text}", file=sys.stderr, flush=True))
+    if out == DEFAULT_PROFILE:
+        out = f"{cal.spec.name}.toml"
+    write_profile(cal.spec, out)
+    if args.bench_json:
+        write_bench_json(cal.bench, args.bench_json)
+    print(format_calibration(cal))
+    print(f"wrote {out}")
     return 0
 
 

@@ -139,7 +139,7 @@ class GradBook:
             step = flat.numel() // self.dp_size
             start, stop = self.dp_index * step, (self.dp_index + 1) * step
             found = BucketShard(names=[n for n, _ in named], params=params, padded=flat.numel(), start=start,
-                                stop=stop, master=flat[start:stop].clone(), grad=torch.zeros(stop - start))
+                                stop=stop, master=flat[start:stop].clone(), grad=flat.new_zeros(stop - start))
             self.buckets[key] = found
         return found
 
@@ -166,7 +166,7 @@ class GradBook:
                 shard = flat[self.dp_index * step: (self.dp_index + 1) * step].clone()
                 self.zero3[id(p)] = ParamShard(name=name, param=p, shape=p.shape, numel=p.numel(), shard=shard,
                                                grad=torch.zeros_like(shard))
-                p.data = torch.empty(0)
+                p.data = p.data.new_empty(0)  # on the parameter's device, so a later gather lands there
 
     def zero3_params(self, block: int) -> list[ParamShard]:
         """ZeRO-3 shards of every parameter block ``block`` reads (a tied head weight included)."""

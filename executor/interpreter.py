@@ -92,8 +92,10 @@ class RankInterpreter(RankState):
     """Executes ``program.ranks[ctx.rank]`` step after step on a real process group."""
 
     def __init__(self, ctx: RankContext, program: Program, *, seed: int = 0,
-                 optimizer: OptimizerConfig | None = None, backend: str = "gloo") -> None:
-        super().__init__(ctx, program, seed=seed, optimizer=optimizer, backend=backend)
+                 optimizer: OptimizerConfig | None = None, backend: str = "gloo",
+                 mixed_precision: bool | None = None) -> None:
+        super().__init__(ctx, program, seed=seed, optimizer=optimizer, backend=backend,
+                         mixed_precision=mixed_precision)
         #: This interpreter's copy of :data:`HANDLERS` (calibration wraps one entry to time it).
         self.handlers: dict[str, Handler] = dict(HANDLERS)
         #: Test-only fault injection: (op index, "exit" | "hang").

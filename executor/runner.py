@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from executor.comm import all_gather_single
+from executor.devices import peak_memory_bytes, reset_peak_memory
 from executor.interpreter import RankInterpreter
 from executor.launch import LaunchConfig, RankContext, spawn_world
 from executor.model import owned_parameters, shard_dim
@@ -46,6 +47,9 @@ class Job:
     """Return the updated weights (tiny models; skip for timing runs)."""
     fault: tuple[int, int, str] | None = None
     """Fault injection for tests: (rank, op index, ``exit`` or ``hang``) makes that rank die or stall there."""
+    mixed_precision: bool | None = None
+    """bf16 autocast over fp32 master weights when the layout's precision is bf16: None on CUDA only, True
+    on any device, False never (:func:`executor.precision.compute_dtype`)."""
 
 
 @dataclass(kw_only=True)
@@ -62,6 +66,9 @@ class RunResult:
     """Rows of the last step, every rank."""
     peak_ir_bytes: list[int] = field(default_factory=list)
     """Per rank: the peak of the IR's declared live bytes."""
+    peak_device_bytes: list[int] = field(default_factory=list)
+    """Per rank on CUDA: the allocator's peak of allocated bytes over the run (``torch.cuda.max_memory_allocated``);
+    0 on CPU."""
 
     @property
     def measured_step_s(self) -> float:
@@ -87,9 +94,11 @@ def validate_or_raise(program: Program) -> None:
 
 
 def run_program(program: Program, *, steps: int = 1, seed: int = 0, optimizer: OptimizerConfig | None = None,
-                config: LaunchConfig | None = None, collect_weights: bool = True) -> RunResult:
+                config: LaunchConfig | None = None, collect_weights: bool = True,
+                mixed_precision: bool | None = None) -> RunResult:
     """Validate, launch ``len(program.ranks)`` processes and run ``steps`` steps of ``program``."""
-    job = Job(program=program, steps=steps, seed=seed, optimizer=optimizer, collect_weights=collect_weights)
+    job = Job(program=program, steps=steps, seed=seed, optimizer=optimizer, collect_weights=collect_weights,
+              mixed_precision=mixed_precision)
     return run_programs([job], config=config)[0]
 
 
@@ -102,8 +111,8 @@ def run_programs(jobs: list[Job], *, config: LaunchConfig | None = None) -> list
         validate_or_raise(job.program)
         if len(job.program.ranks) != world:
             raise ProgramError(f"run_programs: all programs need {world} ranks; one has {len(job.program.ranks)}")
-    payload = [(program_to_json(j.program, indent=None), j.steps, j.seed, j.optimizer, j.collect_weights, j.fault)
-               for j in jobs]
+    payload = [(program_to_json(j.program, indent=None), j.steps, j.seed, j.optimizer, j.collect_weights, j.fault,
+                j.mixed_precision) for j in jobs]
     config = config or LaunchConfig(world_size=world)
     per_rank = spawn_world(_worker, payload, config)
     return [_assemble(i, jobs[i], [rank_out[i] for rank_out in per_rank]) for i in range(len(jobs))]
@@ -111,11 +120,13 @@ def run_programs(jobs: list[Job], *, config: LaunchConfig | None = None) -> list
 
 def _worker(ctx: RankContext, payload: list[tuple[Any, ...]]) -> list[Any]:
     outputs = []
-    for index, (text, steps, seed, optimizer, collect, fault) in enumerate(payload):
+    for index, (text, steps, seed, optimizer, collect, fault, mixed) in enumerate(payload):
         program = program_from_json(text, source=f"job {index}")
         _make_groups(ctx, program)
         backend = dist.get_backend()
-        interp = RankInterpreter(ctx, program, seed=seed, optimizer=optimizer, backend=str(backend))
+        reset_peak_memory(ctx.device)
+        interp = RankInterpreter(ctx, program, seed=seed, optimizer=optimizer, backend=str(backend),
+                                 mixed_precision=mixed)
         if fault is not None and fault[0] == ctx.rank:
             interp.fault = (fault[1], fault[2])
         losses, times, rows, peak = [], [], [], 0
@@ -129,7 +140,8 @@ def _worker(ctx: RankContext, payload: list[tuple[Any, ...]]) -> list[Any]:
         weights = _local_weights(ctx, interp) if collect else {}
         coord = interp.coord
         outputs.append({"losses": losses, "times": times, "rows": rows, "weights": weights, "peak": peak,
-                        "coord": (coord.pp, coord.dp, coord.tp, coord.cp or 0)})
+                        "coord": (coord.pp, coord.dp, coord.tp, coord.cp or 0),
+                        "device_peak": peak_memory_bytes(ctx.device)})
     return outputs
 
 
@@ -154,7 +166,7 @@ def _local_weights(ctx: RankContext, interp: RankInterpreter) -> dict[str, tuple
     if book.zero3:
         group = ctx.groups[interp.mesh.dp_group_name(interp.coord)]
         for shard in book.zero3.values():
-            full = torch.empty(shard.shard.numel() * interp.layout.grad_sync_size)
+            full = shard.shard.new_empty(shard.shard.numel() * interp.layout.grad_sync_size)
             all_gather_single(full, shard.shard, group)
             shard.param.data = full[: shard.numel].view(shard.shape).clone()
     out: dict[str, tuple[np.ndarray, int | None]] = {}
@@ -199,7 +211,8 @@ def _assemble(index: int, job: Job, ranks: list[dict[str, Any]]) -> RunResult:
     rows = [TraceRow(*r) for out in ranks for r in out["rows"]]
     trace = Trace.from_rows(rows, meta={"source": "executor", "world_size": len(ranks), "steps": job.steps})
     return RunResult(losses=losses, step_times_s=times, weights=weights, trace=trace,
-                     peak_ir_bytes=[out["peak"] for out in ranks])
+                     peak_ir_bytes=[out["peak"] for out in ranks],
+                     peak_device_bytes=[out.get("device_peak", 0) for out in ranks])
 
 
 def max_relative_error(weights: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> tuple[float, str]:

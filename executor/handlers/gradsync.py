@@ -3,7 +3,7 @@
 * ``dp-grad`` (DDP bucket all-reduce), ``ps-reduce`` / ``ps-broadcast`` (parameter server: gradients
   reduced to the root, updated parameters broadcast from it), ``zero-grad`` / ``zero-param`` on buckets
   (ZeRO-1/2: reduce-scatter of the padded flat bucket, all-gather of the updated master shards); the
-  same purposes on ``b<block>:param|grad`` labels are ZeRO-3's and go to :mod:`.zero3`;
+  same purposes on ``b<block>[+b<block>...]:param|grad`` labels are ZeRO-3's and go to :mod:`.zero3`;
 * ``embed-grad``: the all-reduce of a tied embedding's gradient between the first and last pipeline stage;
 * ``s<stage>:sp-grads`` (purpose ``tp``, reached through :mod:`.blockcomm`): sequence parallelism's sum of
   partial gradients over the tensor-parallel group.
@@ -31,12 +31,13 @@ from simgrid.schedules.buckets import grad_buckets
 
 def data_parallel(state: RankState, op: Collective) -> Pending:
     """A data-parallel gradient or parameter collective, on a bucket (``s<stage>:bucket<i>``) or, under
-    ZeRO-3, on one block's parameters (``b<block>:param|grad``)."""
+    ZeRO-3, on the parameters of the blocks the label names (``b<block>[+b<block>...]:param|grad``)."""
     group, members = state.group(op)
     label = op.label
-    zero3 = re.fullmatch(r"b(\d+):(param|grad)", label)
+    zero3 = re.fullmatch(r"(b\d+(?:\+b\d+)*):(param|grad)", label)
     if zero3:
-        return zero3_collective(state, op, int(zero3.group(1)), group, members)
+        blocks = tuple(int(b) for b in re.findall(r"\d+", zero3.group(1)))
+        return zero3_collective(state, op, blocks, group, members)
     bucket = re.fullmatch(r"s(\d+):bucket(\d+)", label)
     if bucket is None:
         raise ProgramError(f"{op.purpose} collective label {label!r} is not 's<stage>:bucket<i>' or 'b<block>:...'")
@@ -97,7 +98,7 @@ def sp_grads(state: RankState, op: Collective, stage: int, group: Any) -> Pendin
     state.finish_blocks(set(blocks))
     params = [p for _, p in block_parameters(state.modules, blocks) if id(p) in state.sp_params]
     slots = [_sp_grad_slot(state, p) for p in params]
-    flat = torch.cat([full for full, _ in slots]) if slots else torch.zeros(0)
+    flat = torch.cat([full for full, _ in slots]) if slots else torch.zeros(0, device=state.ctx.device)
     work = all_reduce(flat, group)
 
     def write_back() -> None:

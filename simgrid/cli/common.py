@@ -158,6 +158,9 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
         help="sync gradients after the last backward instead of overlapping it (Megatron-LM 2021)",
     )
     g.add_argument("--bucket-mb", type=positive_number, default=25.0, help="gradient bucket size in MB (default 25)")
+    g.add_argument("--zero-impl", default="deepspeed", metavar="{deepspeed,fsdp2}",
+                   help="how ZeRO-3 gathers and reduces: DeepSpeed ZeRO stage 3 (per module, its default "
+                        "prefetch, reuse and bucket sizes; default) or PyTorch FSDP2 (per layer)")
 
 
 def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -294,6 +297,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         flash_attention=args.flash_attention, precision=args.precision, optimizer=args.optimizer,
         offload_optimizer=args.offload, dp_mode=args.dp_mode, bucket_size_MB=args.bucket_mb,
         overlap_grad_reduce=getattr(args, "overlap_grad_reduce", True),
+        zero_impl=getattr(args, "zero_impl", "deepspeed"),
     )
     if order is None:
         return Layout(**fields)

@@ -22,12 +22,14 @@ RecomputePolicy = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp32"]
 OptimizerName = Literal["adam", "adam-8bit", "sgd"]
 DataParallelMode = Literal["allreduce", "parameter-server"]
+ZeroImpl = Literal["deepspeed", "fsdp2"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
 DP_MODES: tuple[str, ...] = get_args(DataParallelMode)
+ZERO_IMPLS: tuple[str, ...] = get_args(ZeroImpl)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need
 #: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
@@ -78,7 +80,12 @@ class Layout:
     bucket_size_MB: float = 25.0
     """Gradient bucket size for overlapped data-parallel sync (PyTorch DDP default 25 MB)."""
     zero3_prefetch_depth: int = 1
-    """Layers whose parameters ZeRO-3 gathers ahead of use."""
+    """FSDP2: gather units (layers) whose parameters ZeRO-3 gathers ahead of use (FSDP2's implicit forward
+    and default backward prefetch is 1). DeepSpeed prefetches by its bucket size instead."""
+    zero_impl: ZeroImpl = "deepspeed"
+    """How ZeRO-3 gathers and reduces (simgrid.model.zero3_units): ``deepspeed`` (ZeRO stage 3,
+    per-module gathers with its default prefetch, reuse and bucket sizes) or ``fsdp2`` (PyTorch
+    ``fully_shard`` per transformer layer). Only read when ``zero = 3``."""
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient sync with the backward, bucket by bucket (PyTorch DDP); False
     syncs every bucket after the last backward (Megatron-LM 2021's ``--DDP-impl local``)."""
@@ -95,6 +102,7 @@ class Layout:
         _choice("precision", self.precision, PRECISIONS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("dp_mode", self.dp_mode, DP_MODES)
+        _choice("zero_impl", self.zero_impl, ZERO_IMPLS)
         if not self.bucket_size_MB > 0:
             raise LayoutError(f"layout: bucket_size_MB = {self.bucket_size_MB!r} must be > 0")
         if self.schedule is None:

@@ -4,6 +4,11 @@ Sources of the shapes:
 
 * ``gpt3-175b``: Brown et al. 2020, Table 2.1 (96 layers, h = 12288, 96 heads), with Megatron-LM's
   padded vocabulary 51200 and s = 2048, as trained in Narayanan et al. SC'21 and Korthikanti et al. 2022.
+* ``gpt3-125m``, ``gpt3-350m``, ``gpt3-1.3b``, ``gpt3-2.7b``: Brown et al. 2020, Table 2.1 (layers and
+  d_model: 12/768, 24/1024, 24/2048, 32/2560) with the GPT-3 recipe above (V = 51200, s = 2048); heads 12,
+  16, 16 and 32 as in EleutherAI gpt-neox ``configs/125M.yml``, ``350M.yml``, ``1-3B.yml`` and ``2-7B.yml``
+  (Table 2.1 lists 24 heads of width 128 for 1.3B, which does not divide d_model = 2048). The single-GPU
+  accuracy benchmark (``benchmarks/gpu_accuracy.py``) trains these four.
 * ``megatron-*``: every row of Narayanan et al. SC'21 Table 1 (``shared/reference/megatron_sc21_table1.csv``):
   GPT recipe with LayerNorm, biases, learned positions, tied embeddings, f = 4h, V = 51200, s = 2048.
 * ``megatron-h100-*``: the GPT models of Megatron-LM's H100 weak-scaling table (README "Training Speed and
@@ -81,6 +86,10 @@ def _gpt_untied(name: str, layers: int, hidden: int, heads: int, *, vocab: int, 
 
 _PRESETS: tuple[ModelSpec, ...] = (
     _gpt("gpt3-175b", 96, 12288, 96),
+    _gpt("gpt3-125m", 12, 768, 12),
+    _gpt("gpt3-350m", 24, 1024, 16),
+    _gpt("gpt3-1.3b", 24, 2048, 16),
+    _gpt("gpt3-2.7b", 32, 2560, 32),
     *(_gpt(name, layers, hidden, heads) for name, layers, hidden, heads in MEGATRON_TABLE1_SHAPES),
     _gpt("korthikanti-22b", 48, 6144, 64),
     *(_gpt_untied(name, layers, hidden, heads, vocab=131072, seq=4096)

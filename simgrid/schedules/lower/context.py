@@ -187,5 +187,21 @@ class LoweringContext:
             blocks = self.blocks(stage)
             whole = self.granularity == "stage"
             found = self._units[stage] = ((blocks.start, blocks.stop),) if whole else tuple((b, b + 1) for b in blocks)
+            if whole and self.layout.zero == 3 and self.layout.grad_sync_size > 1:
+                found = self._units[stage] = self._zero3_units(blocks)
         return found
+
+    def _zero3_units(self, blocks: range) -> tuple[tuple[int, int], ...]:
+        """At stage granularity ZeRO-3 still computes per gather unit (its overlap is per unit): one op
+        per FSDP2 layer or per sub-block for DeepSpeed (simgrid.schedules.lower.zero3)."""
+        from simgrid.model.zero3_units import fsdp2_unit
+
+        units: list[tuple[int, int]] = []
+        for b in blocks:
+            if units and self.layout.zero_impl == "fsdp2" and fsdp2_unit(self.model, b) == fsdp2_unit(self.model, units[-1][0]) \
+                    and units[-1][1] == b:
+                units[-1] = (units[-1][0], b + 1)  # the MLP joins its layer's attention
+            else:
+                units.append((b, b + 1))
+        return tuple(units)
 
