@@ -3,8 +3,8 @@
 The fast loop is a transcription of the interpreter without SimPy; these tests are what keeps it one. Over
 hundreds of generated layouts (several models, clusters and world sizes; every pipeline schedule with its
 interleaving, ZeRO 0-3, context parallelism, recompute, FlashAttention, sequence parallelism, optimizer
-offload, parameter server, overlapped or not gradient sync, block and stage granularity, symmetric and
-full mode, stragglers) both engines run the same program and must give equal trace rows (same order,
+offload, parameter server, overlapped or not gradient sync, every ZeRO-3 implementation, block and stage
+granularity, symmetric and full mode, stragglers) both engines run the same program and must give equal trace rows (same order,
 same floats), memory events, step time, mode and notes; the metrics the fast loop aggregates without rows
 must equal :func:`simgrid.metrics.compute_metrics` of the SimPy trace.
 """
@@ -23,6 +23,7 @@ from simgrid.errors import LayoutError, ScheduleError, SimulationError
 from simgrid.hardware import load_cluster
 from simgrid.ir import Compute, Program, Recv, Wait
 from simgrid.layout import Layout, check_layout
+from simgrid.layout.spec import ZERO_IMPLS
 from simgrid.metrics import compute_metrics
 from simgrid.model import get_model
 from simgrid.model.spec import ModelSpec
@@ -73,7 +74,8 @@ def _random_case(rng: random.Random) -> tuple[ModelSpec, str, Layout, str, str, 
                             global_batch_size=dp * mbs * m, schedule=schedule, recompute=recompute,
                             sequence_parallel=tp > 1 and rng.random() < 0.5, flash_attention=flash,
                             precision=precision, offload_optimizer=rng.random() < 0.15, dp_mode=dp_mode,
-                            overlap_grad_reduce=rng.random() < 0.8, bucket_size_MB=rng.choice((0.05, 25.0)))
+                            overlap_grad_reduce=rng.random() < 0.8, bucket_size_MB=rng.choice((0.05, 25.0)),
+                            zero_impl=rng.choice(ZERO_IMPLS))
             check_layout(model, layout)
             check_schedule(schedule, pp, layout.num_microbatches, vpp)
         except (LayoutError, ScheduleError):
@@ -122,13 +124,16 @@ def test_fast_engine_equals_simpy_on_generated_layouts() -> None:
             else:
                 assert mine == value, (what, name)
         features |= {layout.schedule or "none", f"zero{layout.zero}", f"rc-{layout.recompute}", ref.mode, granularity}
+        if layout.zero == 3:
+            features.add(f"zero3-{layout.zero_impl}")
         features |= {name for name, on in (("cp", layout.cp > 1), ("sp", layout.sequence_parallel),
                                            ("flash", layout.flash_attention), ("offload", layout.offload_optimizer),
                                            ("ps", layout.dp_mode == "parameter-server" and layout.dp > 1),
                                            ("no-overlap", not layout.overlap_grad_reduce), ("straggler", bool(speeds)),
                                            ("inter-node", layout.world_size > 8)) if on}
     # The generator must actually have covered what the module docstring promises.
-    expected_features = {*SCHEDULES, "none", "zero0", "zero1", "zero2", "zero3", "rc-none", "rc-selective",
+    expected_features = {*SCHEDULES, "none", "zero0", "zero1", "zero2", "zero3", *(f"zero3-{i}" for i in ZERO_IMPLS),
+                         "rc-none", "rc-selective",
                          "rc-full", "symmetric", "full", "block", "stage", "cp", "sp", "flash", "offload", "ps",
                          "no-overlap", "straggler", "inter-node"}
     assert expected_features <= features, expected_features - features
