@@ -65,6 +65,10 @@ class ProcessBackend:
         context = multiprocessing.get_context("spawn")
         self._pool: cf.ProcessPoolExecutor | None = cf.ProcessPoolExecutor(
             max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(args,))
+        # Start the workers now (the pool spawns on demand): they import and load the cluster while the
+        # search computes its bounds.
+        for _ in range(workers):
+            self._pool.submit(_noop)
 
     def evaluate(self, tasks: Sequence[Task]) -> list[Outcome]:
         if self._pool is None:
@@ -225,6 +229,10 @@ def _init_worker(args: EvaluatorArgs) -> None:
     _WORKER[:] = [_make_evaluator(args)]
     # Everything loaded so far lives as long as the worker: keep the cyclic collector from rescanning it.
     gc.freeze()
+
+
+def _noop() -> None:
+    pass
 
 
 def _evaluate_in_worker(task: Task) -> Outcome:

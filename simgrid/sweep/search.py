@@ -47,6 +47,11 @@ class SearchOutcome:
     """Batches sent to the backend."""
 
 
+def _work(layout: Layout) -> int:
+    """A proxy for the size of a layout's program on one pipeline rank."""
+    return layout.pp * layout.vpp * layout.num_microbatches
+
+
 class _Top:
     """The K smallest step times of fitting simulated layouts (K = 0: keep none, threshold infinite)."""
 
@@ -117,7 +122,14 @@ def branch_and_bound(layouts: Sequence[Layout], bounds: Sequence[float] | None, 
             queue.clear()
         if batch:
             sent = threshold if use_bounds and threshold != float("inf") else None
-            outcomes = evaluate([Task(layouts[i], sent) for i in batch])
+            # Send the biggest programs first (actions on a rank: pp * vpp * micro-batches), so a long
+            # simulation does not start last while the other workers sit idle at the batch's end; the
+            # outcomes come back in batch order whatever the sending order.
+            first = sorted(range(len(batch)), key=lambda j: -_work(layouts[batch[j]]))
+            sent_outcomes = evaluate([Task(layouts[batch[j]], sent) for j in first])
+            outcomes: list[Outcome] = [None] * len(batch)  # type: ignore[list-item]
+            for j, outcome in zip(first, sent_outcomes, strict=True):
+                outcomes[j] = outcome
             out.batches += 1
             for index, outcome in zip(batch, outcomes, strict=True):
                 layout = layouts[index]
