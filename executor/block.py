@@ -8,7 +8,7 @@ sees the run's type, so the model sits below the code that drives it.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +36,11 @@ class SegmentInputs(Protocol):
 
     def leaf(self, cut: int) -> torch.Tensor:
         """The tensor that continues after ``cut`` (input of segment ``cut + 1``)."""
+
+    @property
+    def scratch(self) -> dict[str, Any]:
+        """Values the segments of one run share besides tensors on the autograd path (a MoE block's routing:
+        which token goes to which expert, and the token counts its all-to-alls exchange)."""
 
 
 NORM_EPS = 1e-5

@@ -15,6 +15,8 @@ values as ``B``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from executor.block import BlockModule
@@ -49,6 +51,8 @@ class BlockRun:
         self.no_grad_forward = no_grad_forward
         self.bwd_mode: str | None = None
         self.recomputing = False
+        #: Values the block's segments share (MoE routing; :attr:`executor.block.SegmentInputs.scratch`).
+        self.scratch: dict[str, Any] = {}
 
     # -- forward ---------------------------------------------------------------------------------
     @property

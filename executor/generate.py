@@ -79,6 +79,7 @@ class _Inputs:
         self.targets: torch.Tensor | None = None
         self.cut_values: list[torch.Tensor | None] = []
         self.leaves: list[torch.Tensor] = []
+        self.scratch: dict[str, Any] = {}  # a MoE block's routing, shared by its segments
 
     def leaf(self, cut: int) -> torch.Tensor:
         return self.leaves[cut]

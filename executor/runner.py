@@ -25,10 +25,16 @@ from executor.launch import LaunchConfig, RankContext, spawn_world
 from executor.model import owned_parameters, shard_dim
 from executor.optim import OptimizerConfig
 from executor.tp import unshard
-from simgrid.errors import ProgramError
+from simgrid.errors import LayoutError, ProgramError
 from simgrid.ir.jsonio import program_from_json, program_to_json
 from simgrid.ir.program import Program
+from simgrid.layout.spec import Layout
+from simgrid.model.spec import ModelSpec
 from simgrid.trace import Trace, TraceRow
+
+EXPERT_WEIGHT = ".moe.experts."
+"""Infix of a routed expert's weight names (:mod:`executor.weights`): under expert parallelism each rank holds
+whole experts of its own, so they are collected from whichever rank holds them, not by tensor-parallel shard."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +97,29 @@ def validate_or_raise(program: Program) -> None:
     dry_run(program)
     if program.model is None or program.layout is None:
         raise ProgramError("executor: the program must carry its model and layout (use build_program)")
+    check_experts_supported(program.model, program.layout)
+
+
+def check_experts_supported(model: ModelSpec, layout: Layout) -> None:
+    """Refuse, before launch, the MoE settings the executor does not run (the simulator models them)."""
+    moe = model.moe
+    if moe is None:
+        return
+    if layout.expert_tp > 1:
+        raise LayoutError(
+            f"executor: expert tensor parallelism (etp = {layout.expert_tp}) is not implemented; run etp = 1 "
+            "(etp defaults to tp: pass --etp 1 with tp > 1)"
+        )
+    if moe.capacity_factor is not None:
+        raise LayoutError(
+            f"executor: capacity_factor = {moe.capacity_factor} (token dropping) is not implemented; the executor "
+            "runs dropless routing (capacity_factor None)"
+        )
+    if moe.shared_expert_ffn_hidden_size and layout.tp > 1:
+        raise LayoutError(
+            "executor: a shared expert with tp > 1 is not implemented (it would need tensor-parallel cuts inside "
+            "the MoE block); use tp = 1 or a model without shared experts"
+        )
 
 
 def run_program(program: Program, *, steps: int = 1, seed: int = 0, optimizer: OptimizerConfig | None = None,
@@ -199,9 +228,14 @@ def _assemble(index: int, job: Job, ranks: list[dict[str, Any]]) -> RunResult:
         pieces: dict[str, dict[int, tuple[int, np.ndarray, int | None]]] = {}
         for out in ranks:
             pp, d, t, c = out["coord"]
+            for name, (arr, _) in out["weights"].items():
+                if EXPERT_WEIGHT in name:  # a routed expert is whole on each rank holding it (etp = 1)
+                    weights.setdefault(name, torch.from_numpy(arr))
             if d != 0 or c != 0:  # replicas and context-parallel ranks hold the same weights
                 continue
             for name, (arr, dim) in out["weights"].items():
+                if EXPERT_WEIGHT in name:
+                    continue
                 slot = pieces.setdefault(name, {})
                 if t not in slot or pp < slot[t][0]:
                     slot[t] = (pp, arr, dim)

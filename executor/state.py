@@ -27,7 +27,7 @@ from executor.cutplan import TPPlan, plan_tp_collectives
 from executor.data import global_batch, microbatch
 from executor.grads import GradBook
 from executor.launch import RankContext
-from executor.model import BlockModule, build_blocks, head_index, init_weights
+from executor.model import BlockModule, EPContext, build_blocks, head_index, init_weights
 from executor.optim import OptimizerConfig, optimizer_for
 from executor.precision import compute_dtype
 from executor.recorder import StepRecorder, StepResult
@@ -35,12 +35,14 @@ from executor.tp import TPContext
 from simgrid.errors import ProgramError
 from simgrid.ir.ops import Collective, Compute, Op
 from simgrid.ir.program import Program
+from simgrid.layout.experts import expert_coords
 from simgrid.layout.mesh import Mesh
 from simgrid.model.blocks import stage_blocks
 
-SP_PARTIAL_PARAMS = ("norm_weight", "norm_bias", "o_bias", "fc2_bias", "wpe")
+SP_PARTIAL_PARAMS = ("norm_weight", "norm_bias", "o_bias", "fc2_bias", "wpe", "router_weight", "shared_gate_weight")
 """Replicated parameters whose gradients are partial over the tensor-parallel group under sequence
-parallelism (computed from a sequence shard); the program's ``s<stage>:sp-grads`` all-reduce sums them."""
+parallelism (computed from a sequence shard); the program's ``s<stage>:sp-grads`` all-reduce sums them. A MoE
+block's router (and shared-expert gate) routes the rank's sequence shard, so it is one of them."""
 
 
 class RankState(StepRecorder):
@@ -71,9 +73,12 @@ class RankState(StepRecorder):
         #: Global positions of this rank's tokens under context parallelism (None: the whole sequence).
         self.positions = self.cp.positions(spec.seq_length).to(ctx.device) if self.cp.size > 1 else None
         self.head = head_index(spec)
+        expert = expert_coords(layout, ctx.rank)
+        #: This rank's expert-parallel place (MoE parallel folding, simgrid.layout.experts).
+        self.ep = EPContext(size=layout.ep, rank=expert.ep) if spec.moe is not None else EPContext()
         self.modules: dict[int, BlockModule] = build_blocks(
             spec, sorted(stage_of), init_weights(spec, seed), self.tp,
-            flash_attention=layout.flash_attention, cp=self.cp)
+            flash_attention=layout.flash_attention, cp=self.cp, ep=self.ep)
         #: Autocast dtype of the forward (None: fp32), see :func:`executor.precision.compute_dtype`.
         self.compute_dtype = compute_dtype(layout.precision, ctx.device, mixed_precision=mixed_precision)
         for module in self.modules.values():
@@ -82,7 +87,8 @@ class RankState(StepRecorder):
         # The data-parallel group spans dp * cp ranks (context-parallel ranks hold the same parameters).
         self.book = GradBook(self.modules, dp_size=layout.grad_sync_size,
                              dp_index=self.mesh.dp_group(ctx.rank).index(ctx.rank),
-                             optimizer=optimizer or optimizer_for(layout.optimizer))
+                             optimizer=optimizer or optimizer_for(layout.optimizer),
+                             expert_dp_size=layout.edp, expert_dp_index=expert.edp)
         if layout.zero == 3:
             self.book.shard_zero3()
         #: (block, micro-batch) whose forward runs without a graph (an R op rebuilds it).

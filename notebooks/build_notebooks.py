@@ -47,6 +47,7 @@ NOTEBOOK_NAMES = (
     "memory_and_zero",
     "communication",
     "zero3_vs_3d",
+    "moe",
     "predicted_vs_measured",
     "serving",
 )

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 PIPELINE_KINDS = frozenset({"F", "B", "I", "W", "R"})
 """Compute kinds that make up the pipeline (everything but the optimizer step)."""
 
-COMM_KINDS = ("tp", "cp", "pp", "dp")
+COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -49,6 +49,7 @@ COMPUTE_KINDS = ("F", "B", "I", "W", "R", "OPT")
 PURPOSE_TO_COMM_KIND: dict[str, str] = {
     "tp": "tp",
     "cp": "cp",
+    "ep": "ep",
     "pp": "pp",
     # The tied-embedding gradient sync exists only because the pipeline splits embedding and head.
     "embed-grad": "pp",

@@ -198,8 +198,8 @@ EXECUTOR_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("op handlers", ("executor.handlers", "executor.handlers.*")),
     ("rank state", ("executor.state", "executor.recorder")),
     ("runs and gradients", ("executor.blockrun", "executor.grads", "executor.cutplan")),
-    ("model", ("executor.model", "executor.weights", "executor.block", "executor.layers", "executor.tp",
-               "executor.cp")),
+    ("model", ("executor.model", "executor.weights", "executor.block", "executor.layers", "executor.moe_layers",
+               "executor.tp", "executor.cp")),
     ("primitives", ("executor.comm", "executor.optim", "executor.data", "executor.timing", "executor.launch",
                     "executor.precision", "executor.devices")),
 )

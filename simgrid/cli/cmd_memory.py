@@ -17,6 +17,7 @@ from simgrid.cli.common import (
 from simgrid.cli.format import gib
 from simgrid.errors import LayoutError
 from simgrid.model import param_count, params_note
+from simgrid.model.params import active_param_count
 
 
 def register(subparsers: Any) -> None:
@@ -33,7 +34,8 @@ def register(subparsers: Any) -> None:
         "  simgrid memory --model llama2-7b --gpu rtx-4090\n"
         "  simgrid memory --model gpt3-175b --tp 8 --pp 8 --dp 16 --gbs 1536 --recompute full --gpu a100-80gb-sxm\n"
         "  simgrid memory --model llama2-7b --cluster dgx-a100-hdr --gpus 8 --zero 3 --headroom-gib 2\n"
-        "  simgrid memory --params 7.5e9 --dp 64 --zero 3 --json",
+        "  simgrid memory --params 7.5e9 --dp 64 --zero 3 --json\n"
+        "  simgrid memory --model mixtral-8x7b --dp 8 --ep 8 --zero 1 --gpu h100-sxm",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_layout_args(p)
@@ -82,11 +84,14 @@ def run(args: argparse.Namespace) -> int:
             ]
         print_json(out)
         return 0
-    print(f"model   {model.name}: {param_count(model) / 1e9:.2f}B parameters, seq {model.seq_length}"
+    active = f" ({active_param_count(model) / 1e9:.2f}B active)" if model.moe is not None else ""
+    print(f"model   {model.name}: {param_count(model) / 1e9:.2f}B parameters{active}, seq {model.seq_length}"
           + (f" ({params_note(model, args.params)})" if args.params else ""))
     print(
         f"layout  dp={layout.dp} tp={layout.tp} pp={layout.pp} "
-        f"{f'cp={layout.cp} ' if layout.cp > 1 else ''}vpp={layout.vpp} zero={layout.zero} "
+        f"{f'cp={layout.cp} ' if layout.cp > 1 else ''}"
+        f"{f'ep={layout.ep} etp={layout.expert_tp} ' if layout.ep > 1 or layout.etp is not None else ''}"
+        f"vpp={layout.vpp} zero={layout.zero} "
         f"mbs={layout.micro_batch_size} gbs={layout.gbs} ({layout.num_microbatches} micro-batches) "
         f"schedule={layout.schedule} recompute={layout.recompute} precision={layout.precision} "
         f"optimizer={layout.optimizer}{' offload' if layout.offload_optimizer else ''}"

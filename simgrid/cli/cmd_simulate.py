@@ -25,6 +25,8 @@ EPILOG = """examples:
   simgrid simulate --model gpt3-175b --cluster dgx-a100-hdr --gpus 1024 --tp 8 --pp 8 --mbs 1 --gbs 1536
   simgrid simulate --model llama2-7b --cluster dgx-a100-hdr --gpus 8 --tp 2 --pp 2 --gbs 64 \\
       --json --trace step.json --gantt step.png
+  simgrid simulate --model mixtral-8x22b --cluster dgx-h100-ndr --gpus 128 --tp 2 --pp 8 --ep 8 --etp 1 \\
+      --sequence-parallel --flash-attention --zero 1 --gbs 256
   simgrid program --model tiny-gpt --pp 2 --gbs 8 --out p.json && simgrid simulate --program p.json \\
       --cluster dgx-a100-hdr
   simgrid schedule --schedule dualpipev --pp 4 --microbatches 8 --format torch-csv --out dv.csv
@@ -158,7 +160,7 @@ def format_report(result: SimulationResult, *, source: str | None = None) -> str
     """The human-readable report: aligned labels, one fact per line (``source``: where the schedule came
     from, when not from the layout flags)."""
     m = result.metrics
-    kinds = ("tp", "cp", "pp", "dp") if result.layout.cp > 1 else ("tp", "pp", "dp")
+    kinds = ("tp",) + (("cp",) if result.layout.cp > 1 else ()) + (("ep",) if result.model.moe else ()) + ("pp", "dp")
     exposed = "  ".join(f"{k} {_seconds(m.exposed_comm_s.get(k, 0.0))}" for k in kinds)
     share = m.peak_memory_bytes / m.memory_capacity_bytes if m.memory_capacity_bytes else float("inf")
     reserve = f"{_gib(m.memory_reserved_bytes)} kept free for the CUDA context and allocator fragmentation"

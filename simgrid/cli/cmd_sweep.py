@@ -132,6 +132,7 @@ def constraints_from_args(args: argparse.Namespace) -> Any:
         recompute=args.recompute or RECOMPUTE_POLICIES, max_mbs=args.max_mbs, micro_batch_sizes=args.mbs,
         max_vpp=args.max_vpp, vpps=args.vpp, allow_tp_across_nodes=args.tp_across_nodes, sequence_parallel=sp,
         flash_attention=flash, allow_uneven_stages=args.uneven_stages, context_parallel=args.cp or (1,),
+        expert_parallel=getattr(args, "ep", None), expert_tensor_parallel=getattr(args, "etp", None),
         recipe=tuple(sorted(fixed_recipe_from_args(args).items())),
     )
     return constraints
@@ -140,13 +141,16 @@ def constraints_from_args(args: argparse.Namespace) -> Any:
 def format_table(df: Any) -> str:
     """The ranked rows as a fixed-width text table."""
     with_cp = "cp" in df and bool((df["cp"] > 1).any())  # the column appears once context parallelism does
+    with_ep = "ep" in df and bool((df["ep"] > 1).any() or (df["etp"] != df["tp"]).any())  # and expert parallelism
     header = (f"{'#':>3} {'dp':>5} {'tp':>3} {'pp':>3} " + (f"{'cp':>3} " if with_cp else "")
+              + (f"{'ep':>3} {'etp':>3} " if with_ep else "")
               + f"{'vpp':>3} {'zero':>4} {'mbs':>3} {'schedule':<16} "
               f"{'recompute':<13} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'memory GiB':>10} fits")
     lines = [header, "-" * len(header)]
     for i, row in enumerate(df.to_dict("records"), start=1):
         sp = (" sp" if row.get("sequence_parallel") else "") + (" fa" if row.get("flash_attention") else "")
         cp = f"{row['cp']:>3} " if with_cp else ""
+        cp += f"{row['ep']:>3} {row['etp']:>3} " if with_ep else ""
         lines.append(
             f"{i:>3} {row['dp']:>5} {row['tp']:>3} {row['pp']:>3} {cp}{row['vpp']:>3} {row['zero']:>4} "
             f"{row['mbs']:>3} {row['schedule']:<16} {row['recompute'] + sp:<13} {row['step_time_s']:>9.3f} "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -47,6 +48,9 @@ def add_model_args(parser: argparse.ArgumentParser, *, default_model: str | None
                        help="a GPT-style model of N parameters, e.g. 7.5e9 (matched to within the shape's "
                        "granularity, which the report states)")
     parser.add_argument("--seq", type=positive_int, help="sequence length in tokens (default: the model's)")
+    parser.add_argument("--moe-imbalance", type=float, metavar="X",
+                        help="MoE models: tokens the busiest expert-parallel rank receives over the mean (>= 1; "
+                        "default: the model's, 1.0 = balanced)")
 
 
 class Parser(argparse.ArgumentParser):
@@ -124,6 +128,9 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
     number("--tp", 1, "tensor-parallel degree")
     number("--pp", 1, "pipeline-parallel degree")
     number("--cp", 1, "context-parallel degree: each rank holds seq/cp tokens of every sequence")
+    number("--ep", 1, "expert-parallel degree (MoE models; the experts fold over the tp*cp*dp ranks of a stage)")
+    number("--etp", None, "expert tensor-parallel degree (MoE models; default: tp)"
+           + ("; the search tries 1 and tp" if lists else ""))
     if lists:
         g.add_argument("--dp", type=comma_list(positive_int, "positive integer"),
                        help="data-parallel degree (default: gpus / (tp*pp*cp))")
@@ -254,6 +261,11 @@ def model_from_args(args: argparse.Namespace) -> ModelSpec:
         model = _model_from_file(name) if name.endswith(".json") else get_model(name)
     if getattr(args, "seq", None):
         model = model.with_seq_length(args.seq)
+    imbalance = getattr(args, "moe_imbalance", None)
+    if imbalance is not None:
+        if model.moe is None:
+            raise ModelError(f"--moe-imbalance applies to MoE models; {model.name!r} has no experts; drop the flag")
+        model = dataclasses.replace(model, moe=dataclasses.replace(model.moe, load_imbalance=imbalance))
     return model
 
 
@@ -292,7 +304,8 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
             )
     dp = dp or 1
     fields: dict[str, Any] = dict(
-        dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, zero=args.zero, micro_batch_size=mbs, global_batch_size=gbs,
+        dp=dp, tp=tp, pp=pp, cp=cp, ep=getattr(args, "ep", None) or 1, etp=getattr(args, "etp", None),
+        vpp=vpp, zero=args.zero, micro_batch_size=mbs, global_batch_size=gbs,
         schedule=args.schedule, recompute=args.recompute, sequence_parallel=args.sequence_parallel,
         flash_attention=args.flash_attention, precision=args.precision, optimizer=args.optimizer,
         offload_optimizer=args.offload, dp_mode=args.dp_mode, bucket_size_MB=args.bucket_mb,

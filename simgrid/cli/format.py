@@ -33,6 +33,8 @@ def percent(fraction: float) -> str:
 def describe_layout(lay: Layout) -> str:
     """One line naming a layout's degrees, batch, schedule and switches (reports and plot titles)."""
     parts = [f"dp {lay.dp}", f"tp {lay.tp}", f"pp {lay.pp}"] + ([f"cp {lay.cp}"] if lay.cp > 1 else [])
+    if lay.ep > 1 or lay.etp is not None:
+        parts.append(f"ep {lay.ep}, etp {lay.expert_tp}")
     if lay.vpp > 1:
         parts.append(f"vpp {lay.vpp}")
     parts += [f"mbs {lay.micro_batch_size}", f"gbs {lay.gbs} (m = {lay.num_microbatches})", f"{lay.schedule}"]

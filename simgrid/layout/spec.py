@@ -50,6 +50,13 @@ class Layout:
     """Context-parallel degree: each rank of a CP group holds ``seq_length / cp`` tokens of every sequence and
     all-gathers the keys and values of the others for attention (Llama 3's all-gather context
     parallelism, Dubey et al. 2024, section 3.3.2). Parameters are replicated over the CP group."""
+    ep: int = 1
+    """Expert-parallel degree (MoE models): each rank of an EP group holds ``num_experts / ep`` experts and
+    all-to-alls tokens to them. With MoE parallel folding (Megatron-Core) the experts lay ``etp x ep x edp``
+    over the same ``tp x cp x dp`` ranks of a pipeline stage that attention uses (:class:`~.mesh.Mesh`)."""
+    etp: int | None = None
+    """Expert tensor-parallel degree: each expert's MLP is split over ``etp`` ranks; ``None`` means ``tp``
+    (Megatron-Core's default for ``--expert-tensor-parallel-size``)."""
     vpp: int = 1
     """Model chunks per pipeline rank (virtual stages): >1 for interleaved 1F1B and interleaved ZB, >= 1 for
     looped BFS, 2 for ZBV and DualPipeV."""
@@ -91,8 +98,10 @@ class Layout:
     syncs every bucket after the last backward (Megatron-LM 2021's ``--DDP-impl local``)."""
 
     def __post_init__(self) -> None:
-        for field in ("dp", "tp", "pp", "cp", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
+        for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
             _positive_int(field, getattr(self, field))
+        if self.etp is not None:
+            _positive_int("etp", self.etp)
         if self.global_batch_size is not None:
             _positive_int("global_batch_size", self.global_batch_size)
         if not isinstance(self.zero, int) or isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
@@ -122,6 +131,17 @@ class Layout:
         return self.dp * self.cp
 
     @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel degree with the default (``tp``) applied."""
+        return self.etp if self.etp is not None else self.tp
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel degree: ranks of a pipeline stage holding the same expert shard,
+        ``tp * cp * dp / (ep * etp)``; expert gradients are summed, and ZeRO shards expert states, over them."""
+        return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
+
+    @property
     def gbs(self) -> int:
         """Global batch in sequences, with the default applied."""
         return self.global_batch_size if self.global_batch_size is not None else self.micro_batch_size * self.dp
@@ -148,6 +168,13 @@ class Layout:
 
     # -- rules ---------------------------------------------------------------------------------
     def _check_rules(self) -> None:
+        stage_ranks = self.tp * self.cp * self.dp
+        if stage_ranks % (self.ep * self.expert_tp):
+            raise LayoutError(
+                f"layout: ep * etp = {self.ep} * {self.expert_tp} must divide tp * cp * dp = {self.tp} * {self.cp} * "
+                f"{self.dp} = {stage_ranks} (MoE parallel folding lays the experts over the ranks of one pipeline "
+                "stage); change ep or etp (etp defaults to tp), or the dense degrees"
+            )
         if self.gbs % (self.micro_batch_size * self.dp):
             raise LayoutError(
                 f"layout: global_batch_size = {self.gbs} is not divisible by micro_batch_size * dp = "
@@ -287,11 +314,55 @@ def check_layout(model: ModelSpec, layout: Layout) -> None:
             f"so causal attention work is balanced) but the sequence length {model.seq_length} is not a "
             f"multiple of {2 * layout.cp}; use a cp whose double divides {model.seq_length}"
         )
+    _check_experts(model, layout)
     local_seq = model.seq_length // layout.cp
     if layout.sequence_parallel and local_seq % layout.tp:
         raise LayoutError(
             f"layout: sequence parallel needs tp = {layout.tp} to divide the sequence length "
             f"{model.seq_length}" + (f" / cp {layout.cp} = {local_seq}" if layout.cp > 1 else "")
+        )
+
+
+def _check_experts(model: ModelSpec, layout: Layout) -> None:
+    """Expert-parallel rules: degrees fit the experts, and the MoE token layout Megatron-Core requires."""
+    moe = model.moe
+    if moe is None:
+        if layout.ep > 1 or (layout.etp is not None and layout.etp > 1):
+            raise LayoutError(
+                f"layout: ep = {layout.ep}, etp = {layout.etp} split experts, but {model.name!r} is a dense model "
+                "with none; set ep = 1 and leave etp unset, or pick a MoE model"
+            )
+        return
+    if moe.num_experts % layout.ep:
+        raise LayoutError(
+            f"layout: ep = {layout.ep} does not divide the {moe.num_experts} experts of {model.name!r}; use an ep "
+            f"that divides {moe.num_experts}"
+        )
+    if moe.expert_ffn_hidden_size % layout.expert_tp:
+        raise LayoutError(
+            f"layout: etp = {layout.expert_tp} does not divide the expert width {moe.expert_ffn_hidden_size} of "
+            f"{model.name!r}; use an etp that divides it (etp defaults to tp)"
+        )
+    shared = moe.shared_expert_ffn_hidden_size
+    if shared % layout.tp:
+        raise LayoutError(
+            f"layout: tp = {layout.tp} does not divide the shared-expert width {shared} of {model.name!r}; the "
+            "shared expert is split like the dense MLP"
+        )
+    if layout.tp > 1 and not layout.sequence_parallel:
+        raise LayoutError(
+            f"layout: a MoE model with tp = {layout.tp} needs sequence parallelism (Megatron-Core requires it: the "
+            "MoE layer routes each rank's sequence shard); turn sequence parallelism on"
+        )
+    if layout.dp_mode == "parameter-server":
+        raise LayoutError(
+            "layout: dp_mode 'parameter-server' is not modelled for MoE models (expert gradients sync over the "
+            "expert data-parallel group); use dp_mode 'allreduce'"
+        )
+    if layout.zero >= 2:
+        raise LayoutError(
+            f"layout: zero = {layout.zero} is not modelled for MoE models; use zero 0 or 1 (ZeRO-1 shards the "
+            "expert optimizer states over the expert data-parallel group, as Megatron's distributed optimizer does)"
         )
 
 

@@ -97,10 +97,11 @@ def recompute_working_bytes(model: ModelSpec, layout: Layout) -> int:
     if layout.recompute == "none":
         return 0
     plain = replace(layout, recompute="none")
-    layer = (1, 2)  # every layer has the same shapes; blocks 1 and 2 are layer 0
-    full = sum(block_cost(model, plain, block).activation_bytes for block in layer)
-    stored = sum(block_cost(model, layout, block).activation_bytes for block in layer)
-    return full - stored
+    # Layers of one kind have the same shapes: layer 0, and the last layer (a MoE layer when layer 0 is a
+    # MoE model's dense one); the larger working set of the two counts.
+    layers = {(1, 2), (2 * model.num_layers - 1, 2 * model.num_layers)}
+    return max(sum(block_cost(model, plain, b).activation_bytes - block_cost(model, layout, b).activation_bytes
+                   for b in layer) for layer in layers)
 
 
 def activation_memory_bytes(model: ModelSpec, layout: Layout) -> list[int]:

@@ -16,6 +16,11 @@ What we count (each a fixed-size buffer the program builder allocates with categ
   partitioned parameters); two reduce buckets of gradients.
 * ``pp-p2p``: with pipeline parallelism, one activation and one gradient tensor in transit
   (:func:`simgrid.model.p2p_bytes` each), the receive buffers of the pipeline sends.
+* ``ep-dispatch``: MoE with ep or etp > 1, the all-to-all dispatcher's permuted send buffer and received
+  tokens of one MoE sub-block (:func:`simgrid.model.moe.dispatcher_buffer_bytes`; one block at a time, as the
+  program allocates them).
+* ``edp-buckets``: MoE with expert data parallelism (edp > 1), two expert-gradient buckets in flight, capped
+  at the rank's expert gradient bytes, as ``dp-buckets`` for the dense gradients.
 
 Not counted: the CUDA context, allocator fragmentation, cuBLAS workspaces and transient all-gathered
 inputs of sequence parallelism.
@@ -26,8 +31,10 @@ from __future__ import annotations
 import dataclasses
 
 from simgrid.layout.spec import Layout
-from simgrid.memory.states import block_state_bytes, stage_state_bytes, state_bytes_per_param
-from simgrid.model.blocks import p2p_bytes
+from simgrid.memory.states import block_state_bytes, stage_block_groups, stage_state_bytes, state_bytes_per_param
+from simgrid.model.blocks import p2p_bytes, stages_of_rank
+from simgrid.model.cost import block_cost
+from simgrid.model.moe import dispatcher_buffer_bytes
 from simgrid.model.spec import ModelSpec
 from simgrid.model.zero3_units import DEEPSPEED, fsdp2_unit, partitioned_modules, tied_head_params, unit_params
 
@@ -48,6 +55,18 @@ def comm_buffer_bytes(model: ModelSpec, layout: Layout, pp_rank: int = 0) -> dic
         buffers.update(_zero3_buffers(model, layout))
     if layout.pp > 1:
         buffers["pp-p2p"] = 2 * p2p_bytes(model, layout)
+    dispatch = dispatcher_buffer_bytes(model, layout)
+    if dispatch:
+        buffers["ep-dispatch"] = dispatch
+    if model.moe is not None and layout.edp > 1:
+        expert_grads = sum(
+            block_cost(model, layout, block).expert_param_count * copies
+            for stage in stages_of_rank(layout, pp_rank)
+            for block, copies in stage_block_groups(model, layout, stage)
+        ) * layout.param_bytes
+        if expert_grads:
+            bucket = int(layout.bucket_size_MB * BYTES_PER_BUCKET_MB)
+            buffers["edp-buckets"] = min(DP_BUCKETS_IN_FLIGHT * bucket, expert_grads)
     return buffers
 
 

@@ -47,6 +47,11 @@ def block_kind(model: ModelSpec, block: int) -> tuple[BlockKind, int]:
     return ("attn" if part == 0 else "mlp"), layer
 
 
+def norm_params(model: ModelSpec) -> int:
+    """One normalisation layer: LayerNorm has a weight and a bias, RMSNorm only a weight."""
+    return (2 if model.norm == "layernorm" else 1) * model.hidden_size
+
+
 def local_q_heads(model: ModelSpec, tp: int) -> int:
     """Query heads on one tensor-parallel rank (Megatron splits heads evenly)."""
     return model.num_heads // tp

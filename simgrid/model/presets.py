@@ -23,6 +23,22 @@ Sources of the shapes:
 * ``llama3-*``: Llama Team 2024 ("The Llama 3 Herd of Models"), Table 3 and the released configs.
 * ``gpt2-small``: Radford et al. 2019 / the released 124M checkpoint (vocabulary 50257, s = 1024).
 * ``tiny-gpt``: a made-up GPT small enough for CPU executor tests (layers and heads divisible by 2 and 4).
+* ``mixtral-8x7b``: Jiang et al. 2024, "Mixtral of Experts" (arXiv:2401.04088), Table 1, and the released
+  ``mistralai/Mixtral-8x7B-v0.1/config.json`` (32 layers, h 4096, 32 heads, 8 KV heads, expert width 14336,
+  8 experts, top-2, vocabulary 32000); Mistral AI's announcement gives 46.7B parameters, 12.9B per token.
+* ``mixtral-8x22b``: ``mistralai/Mixtral-8x22B-v0.1/config.json`` (56 layers, h 6144, 48 heads, 8 KV heads,
+  expert width 16384, 8 experts, top-2, vocabulary 32768); Mistral AI's announcement: 141B, 39B active.
+* ``qwen2-57b-a14b``: ``Qwen/Qwen2-57B-A14B/config.json`` (28 layers, h 3584, 28 heads, 4 KV heads, 64
+  experts of width 2560, top-8 without renormalisation, a shared expert of width 20480 with a sigmoid gate,
+  vocabulary 151936); Qwen2 technical report (Yang et al. 2024, arXiv:2407.10671): 57B total, 14B active.
+  Its Q/K/V biases (0.13M parameters) are not modelled.
+* ``qwen3-30b-a3b``: ``Qwen/Qwen3-30B-A3B/config.json`` (48 layers, h 2048, 32 heads of width 128, 4 KV
+  heads, 128 experts of width 768, top-8 renormalised, vocabulary 151936); model card: 30.5B total, 3.3B
+  activated. Its per-head Q/K norms (12K parameters) are not modelled.
+  The MoE presets train at s = 4096, the sequence length of Megatron-Core's MoE benchmarks (Megatron-LM
+  ``megatron/core/transformer/moe/README.md``, "Reference Best Parallel Mapping"). DeepSeek-V3 is not a preset:
+  its multi-head latent attention (low-rank compressed K/V) is not modelled (docs/moe.md).
+* ``tiny-moe``: a made-up Llama-style MoE for CPU executor tests (4 experts, top-2, first layer dense).
 * ``small-gpt``: a made-up GPT for validating predictions on a CPU (``benchmarks/executor_accuracy.py``):
   large enough that a step is compute (hundreds of ms per step on one core per rank), not Python dispatch
   and gloo wake-up jitter (0.3-4 ms per collective on a 2-core host), yet small enough to run in seconds.
@@ -35,6 +51,7 @@ import difflib
 import math
 
 from simgrid.errors import ModelError
+from simgrid.model.moe_spec import MoESpec
 from simgrid.model.params import param_count
 from simgrid.model.spec import ModelSpec
 
@@ -49,6 +66,15 @@ def _llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: 
     return ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
                      ffn_hidden_size=ffn, gated_mlp=True, vocab_size=vocab, seq_length=seq,
                      tied_embeddings=False, norm="rmsnorm", position="rope", bias=False)
+
+
+def _moe(name: str, layers: int, hidden: int, heads: int, kv_heads: int, *, vocab: int, moe: MoESpec,
+         ffn: int | None = None, kv_channels: int | None = None, seq: int = 4096) -> ModelSpec:
+    """A Llama-recipe model (RMSNorm, RoPE, SwiGLU, no biases, untied head) with MoE layers."""
+    return ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
+                     ffn_hidden_size=ffn if ffn is not None else moe.expert_ffn_hidden_size, gated_mlp=True,
+                     vocab_size=vocab, seq_length=seq, tied_embeddings=False, norm="rmsnorm", position="rope",
+                     bias=False, kv_channels=kv_channels, moe=moe)
 
 
 #: (name, layers, hidden, heads) of Narayanan et al. SC'21 Table 1; the name is the published size.
@@ -102,6 +128,17 @@ _PRESETS: tuple[ModelSpec, ...] = (
     _llama("llama3-405b", 126, 16384, 128, 8, 53248, vocab=128256, seq=8192),
     _gpt("gpt2-small", 12, 768, 12, vocab=50257, seq=1024),
     _gpt("tiny-gpt", 4, 64, 4, vocab=256, seq=32),
+    _moe("mixtral-8x7b", 32, 4096, 32, 8, vocab=32000,
+         moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=14336)),
+    _moe("mixtral-8x22b", 56, 6144, 48, 8, vocab=32768,
+         moe=MoESpec(num_experts=8, top_k=2, expert_ffn_hidden_size=16384)),
+    _moe("qwen2-57b-a14b", 28, 3584, 28, 4, vocab=151936, ffn=18944,
+         moe=MoESpec(num_experts=64, top_k=8, expert_ffn_hidden_size=2560, shared_expert_ffn_hidden_size=20480,
+                     shared_expert_gate=True, normalize_top_k=False)),
+    _moe("qwen3-30b-a3b", 48, 2048, 32, 4, vocab=151936, ffn=6144, kv_channels=128,
+         moe=MoESpec(num_experts=128, top_k=8, expert_ffn_hidden_size=768)),
+    _moe("tiny-moe", 4, 64, 4, 2, vocab=256, seq=32, ffn=96,
+         moe=MoESpec(num_experts=4, top_k=2, expert_ffn_hidden_size=32, first_dense_layers=1)),
     _gpt("small-gpt", 4, 256, 4, vocab=2048, seq=256),
 )
 

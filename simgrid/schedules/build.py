@@ -10,6 +10,10 @@ Passes, in order (each in :mod:`simgrid.schedules.lower`, each with its own test
    per bucket on the last micro-batch; :func:`~.data_parallel.add_zero2_grad_sync` - ZeRO-2 per micro-batch;
 6. :func:`~.tensor_parallel.add_tensor_parallel` - Megatron TP collectives around compute ops;
    :func:`~.tensor_parallel.add_context_parallel` - context-parallel K/V all-gathers around attention;
+   :func:`~.moe.add_expert_parallel` - dispatch/combine all-to-alls around MoE sub-blocks (placed, like the
+   TP collectives, right next to their compute op, so ahead of the gradient syncs of step 5 and of
+   :func:`~.moe.add_expert_grad_sync`, which syncs the routed experts' gradients over the expert
+   data-parallel group and runs with step 5);
 7. :func:`~.p2p.add_pipeline_p2p` - pipeline SEND/RECV placed deadlock-free (all pipeline ranks at once);
 8. :func:`~.optimizer.add_step_end` - grad-sync waits, sequence-parallel partial-gradient all-reduce
    (:func:`~.tensor_parallel.sp_grad_sync`), tied-embedding sync, optimizer (offload), param sync;
@@ -28,6 +32,7 @@ from __future__ import annotations
 from simgrid.gcpause import collector_paused
 from simgrid.ir.ops import Op
 from simgrid.ir.program import LazyRanks, MetaValue, Program
+from simgrid.layout.experts import expert_groups
 from simgrid.layout.mesh import Mesh, RankCoord
 from simgrid.layout.spec import Layout, check_layout
 from simgrid.model.spec import ModelSpec
@@ -36,6 +41,7 @@ from simgrid.schedules.lower.compute import add_recompute, compute_steps
 from simgrid.schedules.lower.context import Granularity, LoweringContext, Role
 from simgrid.schedules.lower.data_parallel import add_overlapped_grad_sync, add_zero2_grad_sync
 from simgrid.schedules.lower.instantiate import RoleInstantiator
+from simgrid.schedules.lower.moe import add_expert_grad_sync, add_expert_parallel
 from simgrid.schedules.lower.optimizer import (
     add_model_states,
     add_step_end,
@@ -60,8 +66,10 @@ def build_roles(ctx: LoweringContext) -> list[Role]:
         role = add_zero3(ctx, role, pp_rank)
         role = add_overlapped_grad_sync(ctx, role, pp_rank)
         role = add_zero2_grad_sync(ctx, role, pp_rank)
+        role = add_expert_grad_sync(ctx, role, pp_rank)
         role = add_tensor_parallel(ctx, role, pp_rank)
         role = add_context_parallel(ctx, role, pp_rank)
+        role = add_expert_parallel(ctx, role, pp_rank)
         roles.append(role)
     return add_pipeline_p2p(ctx, roles)
 
@@ -106,8 +114,11 @@ def mesh_groups(layout: Layout) -> dict[str, tuple[int, ...]]:
 
 
 def program_groups(ctx: LoweringContext) -> dict[str, tuple[int, ...]]:
-    """The mesh's groups plus the tied-embedding groups when the program uses them."""
+    """The mesh's groups plus the tied-embedding groups when the program uses them, and the expert groups
+    (ep, etp, edp) of a MoE model."""
     groups = mesh_groups(ctx.layout)
+    if ctx.model.moe is not None:
+        groups = dict(sorted({**groups, **expert_groups(ctx.layout)}.items()))
     pair = embed_sync_ranks(ctx)
     if pair is not None:
         first, last = pair

@@ -45,6 +45,7 @@ from typing import Any
 
 from simgrid.costs import collective_time_s, gemm_time_s, memory_time_s, p2p_time_s
 from simgrid.costs.compute import fused_attention_time_s
+from simgrid.errors import ModelError
 from simgrid.layout.spec import check_layout
 from simgrid.model import (
     block_flops,
@@ -147,6 +148,12 @@ class IterationCostModel:
 
     def __init__(self, model: ModelSpec, layout: ServingLayout, config: ServingConfig, topology: Topology, *,
                  replica: int = 0) -> None:
+        if model.moe is not None:
+            # The per-layer costs below take one dense MLP per layer; MoE layers are modelled for training only.
+            raise ModelError(
+                f"serving: {model.name!r} has MoE layers, which the serving simulator does not model yet "
+                "(expert parallelism is modelled for training: simgrid simulate --ep); use a dense model"
+            )
         self.model, self.layout, self.config, self.topology = model, layout, config, topology
         self.gpu = topology.cluster.gpu
         self.mlayout = model_layout(layout, config)

@@ -57,6 +57,11 @@ class SweepConstraints:
     """FlashAttention settings tried (selective recompute is skipped with it: nothing is left to recompute)."""
     context_parallel: tuple[int, ...] = (1,)
     """Context-parallel degrees tried (each rank holds ``seq / cp`` tokens; Llama 3's all-gather CP)."""
+    expert_parallel: tuple[int, ...] | None = None
+    """Expert-parallel degrees tried for a MoE model; ``None`` tries every power of two dividing the expert count
+    (each must also divide the ``tp * cp * dp`` ranks of a stage, MoE parallel folding). Dense models: 1."""
+    expert_tensor_parallel: tuple[int, ...] | None = None
+    """Expert tensor-parallel degrees tried for a MoE model; ``None`` tries 1 and tp (Megatron's default)."""
     vpps: tuple[int, ...] | None = None
     """Chunks per pipeline rank tried by the interleaved schedules; ``None``: 2 to ``max_vpp``."""
     recipe: tuple[tuple[str, Any], ...] = ()
@@ -86,6 +91,12 @@ class SweepConstraints:
                 f"sweep constraint context_parallel = {self.context_parallel!r} must be a non-empty tuple of "
                 "positive integers"
             )
+        for name in ("expert_parallel", "expert_tensor_parallel"):
+            values = getattr(self, name)
+            if values is not None and (not values or not all(_is_positive_int(v) for v in values)):
+                raise LayoutError(
+                    f"sweep constraint {name} = {values!r} must be a non-empty tuple of positive integers or unset"
+                )
         mbs = self.micro_batch_sizes
         if mbs is not None and (not mbs or not all(_is_positive_int(m) for m in mbs)):
             raise LayoutError(

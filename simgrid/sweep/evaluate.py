@@ -158,14 +158,15 @@ def result_row(layout: Layout, result: Any) -> dict[str, Any]:
     """One table row from a layout and its :class:`simgrid.simulation.SimulationResult` (or metrics)."""
     metrics = getattr(result, "metrics", result)
     row: dict[str, Any] = {
-        "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "vpp": layout.vpp, "zero": layout.zero,
+        "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep, "etp": layout.expert_tp,
+        "vpp": layout.vpp, "zero": layout.zero,
         "mbs": layout.micro_batch_size, "schedule": layout.schedule, "recompute": layout.recompute,
         "sequence_parallel": layout.sequence_parallel, "flash_attention": layout.flash_attention,
     }
     for name in METRIC_COLUMNS:
         row[name] = plain(_field(metrics, name))
     exposed = _field(metrics, "exposed_comm_s", default={}) or {}
-    for kind in ("tp", "cp", "pp", "dp"):
+    for kind in ("tp", "cp", "ep", "pp", "dp"):
         row[f"exposed_{kind}_s"] = float(_field(exposed, kind, default=0.0) or 0.0)
     return row
 

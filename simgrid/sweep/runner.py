@@ -41,11 +41,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 #: Layout columns of the result table, in the order the issue lists them.
-LAYOUT_COLUMNS: tuple[str, ...] = ("dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "cp")
+LAYOUT_COLUMNS: tuple[str, ...] = ("dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "cp", "ep", "etp")
 #: Every column of :attr:`SweepResult.table`.
 RESULT_COLUMNS: tuple[str, ...] = (
     *LAYOUT_COLUMNS, "sequence_parallel", "flash_attention", *METRIC_COLUMNS, "exposed_tp_s", "exposed_cp_s",
-    "exposed_pp_s", "exposed_dp_s",
+    "exposed_ep_s", "exposed_pp_s", "exposed_dp_s",
 )
 #: Memory categories of a :class:`simgrid.memory.MemoryEstimate` breakdown.
 MEMORY_CATEGORIES: tuple[str, ...] = ("weights", "grads", "optimizer", "activations", "buffers")
@@ -305,8 +305,10 @@ def describe_layout(layout: Layout) -> str:
     """``dp=16 tp=8 pp=8 vpp=1 zero=1 mbs=1 1f1b recompute=full`` (short, for messages)."""
     text = (
         f"dp={layout.dp} tp={layout.tp} pp={layout.pp} "
-        f"{f'cp={layout.cp} ' if layout.cp > 1 else ''}vpp={layout.vpp} zero={layout.zero} "
-        f"mbs={layout.micro_batch_size} {layout.schedule} recompute={layout.recompute}"
+        f"{f'cp={layout.cp} ' if layout.cp > 1 else ''}"
+        f"{f'ep={layout.ep} etp={layout.expert_tp} ' if layout.ep > 1 or layout.etp is not None else ''}"
+        f"vpp={layout.vpp} zero={layout.zero} mbs={layout.micro_batch_size} {layout.schedule} "
+        f"recompute={layout.recompute}"
     )
     return text + (" sp" if layout.sequence_parallel else "") + (" flash" if layout.flash_attention else "")
 

@@ -95,25 +95,28 @@ def enumerate_layout_space(
                     tried += 1
                     drop(degree_error)
                     continue
-                for kwargs in _recipes(dp=dp, tp=tp, pp=pp, cp=cp, layers=model.num_layers,
-                                       global_batch=global_batch, c=c):
-                    tried += 1
-                    try:
-                        layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, global_batch_size=global_batch,
-                                        **dict(c.recipe), **kwargs)
-                        check_layout(model, layout)
-                        _check_schedule(layout)
-                    except LayoutError as exc:
-                        drop(str(exc))
-                        continue
-                    layouts.append(layout)
+                for experts in _expert_degrees(model, tp * cp * dp, tp, c):
+                    for kwargs in _recipes(dp=dp, tp=tp, pp=pp, cp=cp, layers=model.num_layers,
+                                           global_batch=global_batch, c=c):
+                        tried += 1
+                        try:
+                            layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, global_batch_size=global_batch,
+                                            **dict(c.recipe), **experts, **kwargs)
+                            check_layout(model, layout)
+                            _check_schedule(layout)
+                        except LayoutError as exc:
+                            drop(str(exc))
+                            continue
+                        layouts.append(layout)
     return LayoutSpace(layouts=tuple(layouts), tried=tried, invalid_reasons=reasons, invalid_examples=examples)
 
 
 def _degree_error(model: ModelSpec, *, dp: int, tp: int, pp: int, cp: int, global_batch: int) -> str | None:
     """The reason a (dp, tp, pp, cp) combination can never be valid, or ``None``."""
     try:
-        probe = Layout(dp=dp, tp=tp, pp=pp, cp=cp, global_batch_size=global_batch, micro_batch_size=1)
+        # A MoE model with tp > 1 needs sequence parallelism; the recipes decide it, so the probe turns it on.
+        probe = Layout(dp=dp, tp=tp, pp=pp, cp=cp, global_batch_size=global_batch, micro_batch_size=1,
+                       sequence_parallel=model.moe is not None and tp > 1)
         check_layout(model, probe)
     except LayoutError as exc:
         return str(exc)
@@ -163,6 +166,18 @@ def _recipes(*, dp: int, tp: int, pp: int, cp: int, layers: int, global_batch: i
                                 "sequence_parallel": sp,
                                 "flash_attention": flash,
                             }
+
+
+def _expert_degrees(model: ModelSpec, stage_ranks: int, tp: int, c: SweepConstraints) -> list[dict[str, Any]]:
+    """(ep, etp) keyword sets for one (tp, cp, dp): for a MoE model every asked-for (default: power-of-two
+    dividing the experts) ep and etp (default 1 and tp) whose product divides the stage's ranks; nothing
+    to vary for a dense model."""
+    if model.moe is None:
+        return [{}]
+    experts = model.moe.num_experts
+    eps = c.expert_parallel or tuple(e for e in (2**k for k in range(experts.bit_length())) if experts % e == 0)
+    etps = c.expert_tensor_parallel or tuple(sorted({1, tp}))
+    return [{"ep": ep, "etp": etp} for ep in eps for etp in etps if stage_ranks % (ep * etp) == 0]
 
 
 def _tp_degrees(gpus: int, gpus_per_node: int, c: SweepConstraints) -> list[int]:

@@ -45,7 +45,7 @@ def test_exposed_comm_is_averaged_per_rank_by_kind() -> None:
     rows = [_f(0, 0, 1), _f(1, 0, 1),
             _wait(0, 1, 2, 0.2, "tp"), _wait(1, 1, 2, 0.1, "pp"), _wait(0, 2, 3, 0.05, "embed-grad"),
             _wait(1, 2, 3, 0.5, "dp-grad"), _wait(0, 3, 4, 0.3, "zero-param"), _wait(0, 4, 5, 1.0, "offload")]
-    assert exposed_comm_by_kind(Trace(rows)) == pytest.approx({"tp": 0.1, "cp": 0.0, "pp": 0.075, "dp": 0.4})
+    assert exposed_comm_by_kind(Trace(rows)) == pytest.approx({"tp": 0.1, "cp": 0.0, "ep": 0.0, "pp": 0.075, "dp": 0.4})
 
 
 def test_executed_flops_scale_with_multiplicity() -> None:

@@ -60,11 +60,11 @@ def _stream_text(nb: nbformat.NotebookNode) -> str:
 
 
 def test_every_source_has_a_committed_notebook_and_back() -> None:
-    """The list of notebooks, the sources and the committed .ipynb files name the same eight notebooks."""
+    """The list of notebooks, the sources and the committed .ipynb files name the same nine notebooks."""
     sources = {p.stem for p in (NOTEBOOK_DIR / "sources").glob("*.py")}
     committed = {p.stem for p in NOTEBOOK_DIR.glob("*.ipynb")}
     assert set(NAMES) == sources == committed
-    assert len(NAMES) == 8
+    assert len(NAMES) == 9
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from simgrid.errors import ScheduleError
 from simgrid.ir.ops import Op
 from simgrid.ir.torch_csv import Action
+from simgrid.layout.experts import ExpertCoord
 from simgrid.layout.mesh import Mesh, RankCoord
 from simgrid.layout.spec import Layout
 from simgrid.model.spec import ModelSpec
@@ -76,7 +77,7 @@ class LoweringContext:
         self._costs: dict[int, BlockCost] = {}
         self._states: dict[int, ModelStates] = {}
         self._full_activation: dict[int, int] = {}
-        self._buckets: dict[int, list[Bucket]] = {}
+        self._buckets: dict[tuple[int, bool], list[Bucket]] = {}
         self._blocks: dict[int, range] = {}
         self._units: dict[int, tuple[tuple[int, int], ...]] = {}
         self.memo: dict[str, dict[Any, Any]] = defaultdict(dict)
@@ -111,6 +112,10 @@ class LoweringContext:
     def coord(self, pp_rank: int) -> RankCoord:
         """Canonical coordinates of a role: the ``dp = 0, tp = 0`` (and ``cp = 0``) rank of the pipeline rank."""
         return RankCoord(pp=pp_rank, dp=0, tp=0, cp=0 if self.layout.cp > 1 else None)
+
+    def expert_coord(self, pp_rank: int) -> ExpertCoord:
+        """Expert-mesh coordinates of a role's canonical rank (index 0 of its stage: every expert index 0)."""
+        return ExpertCoord(pp=pp_rank, edp=0, ep=0, etp=0)
 
     def canonical_rank(self, pp_rank: int) -> int:
         """Global rank of a role's canonical coordinates."""
@@ -166,11 +171,12 @@ class LoweringContext:
             found = self._full_activation[block] = int(block_cost(self.model, plain, block).activation_bytes)
         return found
 
-    def buckets(self, stage: int) -> list[Bucket]:
-        """Gradient buckets of a global stage (the executor's :func:`grad_buckets`, cached)."""
-        found = self._buckets.get(stage)
+    def buckets(self, stage: int, *, experts: bool = False) -> list[Bucket]:
+        """Gradient buckets of a global stage (the executor's :func:`grad_buckets`, cached); ``experts``: the
+        routed experts' buckets, synced over the expert data-parallel group."""
+        found = self._buckets.get((stage, experts))
         if found is None:
-            found = self._buckets[stage] = grad_buckets(self.model, self.layout, stage)
+            found = self._buckets[(stage, experts)] = grad_buckets(self.model, self.layout, stage, experts=experts)
         return found
 
     @cached_property
