@@ -7,9 +7,10 @@ semantics (docs/design.md, "IR semantics") and the lowering passes:
 
 * A rank runs its pipeline actions in order (one step of ops per action). Each compute op takes at least
   its nominal duration (the engine only ever slows compute, by ``comm_compute_slowdown`` while
-  communication runs). Megatron's tensor- and context-parallel collectives are issued and waited at
-  once around their compute op (:mod:`simgrid.schedules.lower.tensor_parallel`), so the walk cannot pass
-  their WAIT before post time + duration: they add serially. Together: an action's ops take at least
+  communication runs). Megatron's tensor- and context-parallel collectives and the MoE dispatcher's
+  all-to-alls are issued and waited at once around their compute op (:mod:`simgrid.schedules.lower.tensor_parallel`,
+  :mod:`simgrid.schedules.lower.moe`), so the walk cannot pass their WAIT before post time + duration:
+  they add serially (only a collective followed at once by its WAIT is counted). Together: an action's ops take at least
   ``eff`` = compute durations + those collectives' durations.
 * The receive that feeds an action is waited before its first op, and the matching send is posted after
   the producing action's last op (:mod:`simgrid.schedules.lower.p2p`), so the consumer starts at least
@@ -40,10 +41,13 @@ from simgrid.engine.costmodel import CostModel, DurationCache
 from simgrid.errors import ScheduleError
 from simgrid.ir.ops import Collective, Compute, Wait
 from simgrid.ir.torch_csv import Action
+from simgrid.layout.experts import ExpertCoord, expert_coords, expert_rank
+from simgrid.layout.mesh import Mesh
 from simgrid.layout.spec import Layout
 from simgrid.model.spec import ModelSpec
 from simgrid.schedules.lower.compute import action_compute_ops, add_recompute
 from simgrid.schedules.lower.context import LoweringContext, Step
+from simgrid.schedules.lower.moe import add_expert_parallel
 from simgrid.schedules.lower.tensor_parallel import add_context_parallel, add_tensor_parallel
 from simgrid.schedules.pipeline import flatten_order, pipeline_order
 
@@ -223,17 +227,15 @@ class BoundModel:
     @staticmethod
     def _effective(layout: Layout, actions: dict[str, _Action], base: int, cost: CostModel) -> dict[str, float]:
         """Seconds of each action of a stage whose pipeline rank's canonical rank is ``base``."""
-        # rank = tp + TP * (cp + CP * (dp + DP * pp)) (Mesh order): the canonical rank's TP group is the TP
-        # ranks after it, its CP group every TP-th rank of the next TP * CP.
-        tp_group = tuple(range(base, base + layout.tp))
-        cp_group = tuple(range(base, base + layout.tp * layout.cp, layout.tp))
+        groups: dict[str, tuple[int, ...]] = {}
         row: dict[str, float] = {}
         for kind, action in actions.items():
             total = action.compute_s
             for coll in action.collectives:
-                members = tp_group if coll.group.startswith("tp/") else cp_group if coll.group.startswith("cp/") else None
+                prefix = coll.group.split("/", 1)[0]
+                members = groups.get(prefix)
                 if members is None:
-                    raise ScheduleError(f"bounds: unexpected group {coll.group!r} around a compute op")
+                    members = groups[prefix] = _canonical_group(layout, prefix, base)
                 if len(members) > 1:
                     total += cost.collective_s(coll, members)
             row[kind] = total
@@ -315,6 +317,7 @@ def _stage_actions(ctx: LoweringContext, stage: int, pp_rank: int, durations: Du
     role = add_recompute(ctx, role)
     role = add_tensor_parallel(ctx, role, pp_rank)
     role = add_context_parallel(ctx, role, pp_rank)
+    role = add_expert_parallel(ctx, role, pp_rank)
     return {kind: _action(step.ops, durations) for kind, step in zip(_KINDS, role, strict=True)}
 
 
@@ -330,6 +333,22 @@ def _action(ops: list[Any], durations: DurationCache) -> _Action:
             if type(follower) is Wait and follower.handle == op.handle:
                 blocking.append(op)
     return _Action(compute_s=compute, collectives=blocking)
+
+
+def _canonical_group(layout: Layout, prefix: str, base: int) -> tuple[int, ...]:
+    """Members of the group of kind ``prefix`` (tp, cp, ep, etp) that the canonical rank ``base`` of a
+    pipeline rank (dp = tp = cp = 0, hence edp = ep = etp = 0) belongs to."""
+    if prefix == "tp":
+        return Mesh(layout).tp_group(base)
+    if prefix == "cp":
+        return Mesh(layout).cp_group(base)
+    if prefix in ("ep", "etp"):
+        c = expert_coords(layout, base)
+        if prefix == "ep":
+            return tuple(expert_rank(layout, ExpertCoord(pp=c.pp, edp=c.edp, ep=k, etp=c.etp)) for k in range(layout.ep))
+        return tuple(expert_rank(layout, ExpertCoord(pp=c.pp, edp=c.edp, ep=c.ep, etp=t))
+                     for t in range(layout.expert_tp))
+    raise ScheduleError(f"bounds: unexpected {prefix!r} group around a compute op")
 
 
 def _signature(ctx: LoweringContext, tables: dict[str, Any], block: int) -> int:

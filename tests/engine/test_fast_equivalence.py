@@ -3,8 +3,8 @@
 The fast loop is a transcription of the interpreter without SimPy; these tests are what keeps it one. Over
 hundreds of generated layouts (several models, clusters and world sizes; every pipeline schedule with its
 interleaving, ZeRO 0-3, context parallelism, recompute, FlashAttention, sequence parallelism, optimizer
-offload, parameter server, overlapped or not gradient sync, every ZeRO-3 implementation, block and stage
-granularity, symmetric and full mode, stragglers) both engines run the same program and must give equal trace rows (same order,
+offload, parameter server, overlapped or not gradient sync, every ZeRO-3 implementation, a MoE model's
+expert parallelism, block and stage granularity, symmetric and full mode, stragglers) both engines run the same program and must give equal trace rows (same order,
 same floats), memory events, step time, mode and notes; the metrics the fast loop aggregates without rows
 must equal :func:`simgrid.metrics.compute_metrics` of the SimPy trace.
 """
@@ -34,7 +34,7 @@ from simgrid.sweep.constraints import ALL_PIPELINE_SCHEDULES
 TINY_LLAMA = ModelSpec(name="tiny-llama", num_layers=6, hidden_size=64, num_heads=8, num_kv_heads=2,
                        ffn_hidden_size=176, gated_mlp=True, vocab_size=512, seq_length=64, tied_embeddings=False,
                        norm="rmsnorm", position="rope", bias=False)
-MODELS = (get_model("tiny-gpt"), get_model("small-gpt"), TINY_LLAMA)
+MODELS = (get_model("tiny-gpt"), get_model("small-gpt"), TINY_LLAMA, get_model("tiny-moe"))
 CLUSTERS = ("dgx-a100-hdr", "dgx-h100-ndr", "rtx4090-10gbe", "dgx1-v100-edr")
 SCHEDULES = ALL_PIPELINE_SCHEDULES
 CASES = 300
@@ -68,14 +68,19 @@ def _random_case(rng: random.Random) -> tuple[ModelSpec, str, Layout, str, str, 
         recompute = rng.choice(("none", "selective", "full"))
         flash = rng.random() < 0.3 and recompute != "selective"
         dp_mode = "parameter-server" if zero == 0 and rng.random() < 0.1 else "allreduce"
+        experts: dict[str, Any] = {}
+        if model.moe is not None:  # expert parallelism folds over the stage's tp * cp * dp ranks
+            experts = {"ep": rng.choice([e for e in (1, 2, 4) if model.moe.num_experts % e == 0]),
+                       "etp": rng.choice((None, 1, tp))}
         precision = "fp16" if cluster == "dgx1-v100-edr" else rng.choice(("bf16", "bf16", "fp32"))
         try:
             layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, zero=zero, micro_batch_size=mbs,
                             global_batch_size=dp * mbs * m, schedule=schedule, recompute=recompute,
-                            sequence_parallel=tp > 1 and rng.random() < 0.5, flash_attention=flash,
+                            sequence_parallel=tp > 1 and (model.moe is not None or rng.random() < 0.5),
+                            flash_attention=flash,
                             precision=precision, offload_optimizer=rng.random() < 0.15, dp_mode=dp_mode,
                             overlap_grad_reduce=rng.random() < 0.8, bucket_size_MB=rng.choice((0.05, 25.0)),
-                            zero_impl=rng.choice(ZERO_IMPLS))
+                            zero_impl=rng.choice(ZERO_IMPLS), **experts)
             check_layout(model, layout)
             check_schedule(schedule, pp, layout.num_microbatches, vpp)
         except (LayoutError, ScheduleError):
@@ -130,12 +135,13 @@ def test_fast_engine_equals_simpy_on_generated_layouts() -> None:
                                            ("flash", layout.flash_attention), ("offload", layout.offload_optimizer),
                                            ("ps", layout.dp_mode == "parameter-server" and layout.dp > 1),
                                            ("no-overlap", not layout.overlap_grad_reduce), ("straggler", bool(speeds)),
+                                           ("ep", layout.ep > 1), ("etp", layout.expert_tp > 1),
                                            ("inter-node", layout.world_size > 8)) if on}
     # The generator must actually have covered what the module docstring promises.
     expected_features = {*SCHEDULES, "none", "zero0", "zero1", "zero2", "zero3", *(f"zero3-{i}" for i in ZERO_IMPLS),
                          "rc-none", "rc-selective",
                          "rc-full", "symmetric", "full", "block", "stage", "cp", "sp", "flash", "offload", "ps",
-                         "no-overlap", "straggler", "inter-node"}
+                         "no-overlap", "straggler", "inter-node", "ep", "etp"}
     assert expected_features <= features, expected_features - features
 
 

@@ -3,7 +3,8 @@
 Admissibility is what makes branch and bound exact: a layout is skipped only when its bound shows it
 cannot enter the best K. Checked here over a few hundred layouts sampled from the searches of several
 models, clusters and GPU counts (every schedule with its interleaving, ZeRO, recompute, sequence
-parallelism, FlashAttention, context parallelism, uneven stages), with the step simulated by
+parallelism, FlashAttention, context parallelism, uneven stages, a MoE model's expert parallelism), with
+the step simulated by
 :func:`simgrid.simulate` exactly as a user would, plus: the cheap bound is below the graph bound, the
 bound is tight enough to prune (within 30% of the step on average), and the costs shared between layouts
 give the same bounds as a fresh computation per layout.
@@ -38,6 +39,7 @@ SEARCHES: tuple[tuple[ModelSpec, str, int, int], ...] = (
     (TINY_LLAMA, "rtx4090-10gbe", 8, 16),
     (get_model("small-gpt"), "dgx-h100-ndr", 16, 16),
     (get_model("gpt2-small"), "dgx-a100-hdr", 32, 64),
+    (get_model("tiny-moe"), "dgx-a100-hdr", 16, 32),
 )
 PER_SEARCH = 60
 
@@ -84,9 +86,10 @@ def test_bounds_never_exceed_the_simulated_step() -> None:
             ratios.append(dag / step)
             covered |= {str(layout.schedule), f"zero{layout.zero}", f"rc-{layout.recompute}"}
             covered |= {n for n, on in (("cp", layout.cp > 1), ("sp", layout.sequence_parallel),
-                                        ("flash", layout.flash_attention)) if on}
+                                        ("flash", layout.flash_attention), ("ep", layout.ep > 1),
+                                        ("etp", layout.expert_tp > 1)) if on}
     assert {*ALL_PIPELINE_SCHEDULES, "none", "zero0", "zero1", "zero3",
-            "rc-none", "rc-selective", "rc-full", "cp", "sp", "flash"} <= covered
+            "rc-none", "rc-selective", "rc-full", "cp", "sp", "flash", "ep", "etp"} <= covered
     assert sum(ratios) / len(ratios) > 0.7
 
 
@@ -100,14 +103,15 @@ def test_block_granularity_bounds_are_admissible_too() -> None:
         assert bounds.quick(layout) <= bounds.dag(layout) * (1 + 1e-12) <= step * (1 + 1e-12), layout
 
 
-def test_shared_costs_give_the_bounds_of_a_fresh_computation() -> None:
+@pytest.mark.parametrize("search", [SEARCHES[2], SEARCHES[4]], ids=["dense", "moe"])
+def test_shared_costs_give_the_bounds_of_a_fresh_computation(search: tuple[ModelSpec, str, int, int]) -> None:
     """One bound model over a whole search (costs shared across layouts of a cost class) gives exactly the
     bounds a fresh model gives for each layout alone."""
-    model, cluster_name, gpus, gbs = SEARCHES[2]
+    model, cluster_name, gpus, gbs = search
     cluster = _cluster(cluster_name, gpus)
     layouts = enumerate_layouts(model, cluster, gpus=gpus, global_batch=gbs, constraints=EVERYTHING)
     shared = _bound_model(model, cluster)
     together = [(shared.quick(lay), shared.dag(lay)) for lay in layouts]
-    for layout, pair in random.Random(5).sample(list(zip(layouts, together, strict=True)), 80):
+    for layout, pair in random.Random(5).sample(list(zip(layouts, together, strict=True)), 60):
         fresh = _bound_model(model, cluster)
         assert (fresh.quick(layout), fresh.dag(layout)) == pair, layout
