@@ -79,7 +79,8 @@ class _TileModel(NamedTuple):
 
 
 def gemm_shape_time_s(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str, count: int = 1) -> float:
-    """Seconds of ``count`` GEMMs (or one batched GEMM of ``count`` members) of shape ``(m x k) @ (k x n)``."""
+    """Seconds of ``count`` GEMMs of shape ``(m x k) @ (k x n)`` launched one after another (each fills its own
+    waves; a batched GEMM is listed as one GEMM stacked along ``m``, :mod:`simgrid.model.gemms`)."""
     _check_shape(m, n, k, count)
     if min(m, n, k, count) == 0:
         return 0.0
@@ -89,7 +90,7 @@ def gemm_shape_time_s(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str, count
     assert gpu.sm_count is not None  # uses_tile_model checked it
     model = _TileModel(sustained_tensor_flops(gpu, dtype), hbm_bytes_per_s(gpu), gpu.peak_flops(dtype), gpu.sm_count,
                        gpu.matmul.tile_m, gpu.matmul.tile_n, DTYPE_BYTES.get(dtype, 2), output_bytes(dtype))
-    return _tile_time(m, n, k, count, model)
+    return count * _tile_time(m, n, k, model)
 
 
 MIN_TILE_SIDE = 16
@@ -117,10 +118,10 @@ PARTIAL_BYTES = 4
 
 
 @lru_cache(maxsize=65536)
-def _tile_time(m: int, n: int, k: int, count: int, g: _TileModel) -> float:
+def _tile_time(m: int, n: int, k: int, g: _TileModel) -> float:
     best = float("inf")
     for a, b in ((_side(g.tile_m, m), _side(g.tile_n, n)), (_side(g.tile_n, m), _side(g.tile_m, n))):  # both orientations
-        tiles = -(-m // a) * -(-n // b) * count
+        tiles = -(-m // a) * -(-n // b)
         split = 1
         while True:
             # Split-K (CUTLASS/cuBLAS): with fewer tiles than SMs the inner dimension is cut into ``split``
@@ -135,8 +136,8 @@ def _tile_time(m: int, n: int, k: int, count: int, g: _TileModel) -> float:
             split *= 2
             if tiles * split > g.sms or k // split < MIN_SPLIT_K:
                 break
-    memory_s = count * ((m * k + k * n) * g.d_in + m * n * g.d_out) / g.bandwidth
-    return max(best, memory_s, 2.0 * m * n * k * count / g.peak)
+    memory_s = ((m * k + k * n) * g.d_in + m * n * g.d_out) / g.bandwidth
+    return max(best, memory_s, 2.0 * m * n * k / g.peak)
 
 
 def gemm_efficiency(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str) -> float:

@@ -12,7 +12,11 @@ rows). Under sequence parallelism the GEMMs still see all ``T`` tokens (the inpu
 The unfused attention core is two batched GEMMs per head and sequence (``b * heads`` batch members):
 ``S = Q K^T`` ``(s_q, s_kv, d)`` and ``O = P V`` ``(s_q, d, s_kv)``; its backward is four:
 ``dV = P^T dO`` ``(s_kv, d, s_q)``, ``dP = dO V^T`` ``(s_q, s_kv, d)``, ``dQ = dS K`` ``(s_q, d, s_kv)`` and
-``dK = dS^T Q`` ``(s_kv, d, s_q)``. Their ``s x s`` operands are what makes them slow (small inner
+``dK = dS^T Q`` ``(s_kv, d, s_q)``. A batched GEMM is one launch whose grid holds every member's tiles, so
+it is listed as one GEMM stacked along ``m`` (``b * heads * s_q`` rows): the same tiles and waves, the same
+output and ``s x s`` operand traffic; only the small ``s x d`` operand is counted once instead of per member
+(a few percent of the traffic). ``count`` in a ``(m, n, k, count)`` entry is always separate launches, one
+after another, so an op that merges equal GEMMs of several layers costs what the layers' own ops cost. Their ``s x s`` operands are what makes them slow (small inner
 dimension ``d``, or an ``s x s`` input read from HBM), which the GEMM cost model charges by shape. A fused
 (FlashAttention) core has no GEMM here: its FLOPs are priced by the attention-kernel table.
 
@@ -30,7 +34,7 @@ from simgrid.model.params import mlp_in_width, qkv_width
 from simgrid.model.spec import ModelSpec
 
 Gemm = tuple[int, int, int, int]
-"""``(m, n, k, count)``: ``count`` products ``(m x k) @ (k x n)``."""
+"""``(m, n, k, count)``: ``count`` products ``(m x k) @ (k x n)``, launched one after another."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +83,7 @@ def block_gemms(model: ModelSpec, layout: Layout, block: int) -> BlockGemms:
     if not layout.flash_attention:
         s_kv, d = model.seq_length, model.head_dim
         heads = layout.micro_batch_size * local_q_heads(model, tp)
-        core = ((s_q, s_kv, d, heads), (s_q, d, s_kv, heads))
-        core_bwd = ((s_kv, d, s_q, heads), (s_q, s_kv, d, heads), (s_q, d, s_kv, heads), (s_kv, d, s_q, heads))
+        q_rows, kv_rows = heads * s_q, heads * s_kv  # every (sequence, head) member stacked along m
+        core = ((q_rows, s_kv, d, 1), (q_rows, d, s_kv, 1))
+        core_bwd = ((kv_rows, d, s_q, 1), (q_rows, s_kv, d, 1), (q_rows, d, s_kv, 1), (kv_rows, d, s_q, 1))
     return BlockGemms(fwd=(fq, *core, fo), bwd_input=(io, *core_bwd, iq), bwd_weight=(wo, wq), core_fwd=core)

@@ -69,14 +69,16 @@ def test_sustained_clock_slows_the_main_loop_only() -> None:
     assert gemm_shape_time_s(256, 256, 4096, slow, dtype="bf16") == pytest.approx(by_hand(2, 4096, rate=80e12))
 
 
-def test_count_multiplies_the_tiles_of_a_batched_gemm() -> None:
-    """A batch of 2 two-tile GEMMs fills one wave of 4 SMs; 3 of them need two waves (K = 256 is too short
-    to split)."""
+def test_count_gemms_run_one_after_another_and_a_batch_stacks_along_m() -> None:
+    """``count`` separate two-tile GEMMs each take a half-empty wave of the 4 SMs (K = 256 is too short to
+    split); the same two GEMMs as one batched GEMM (stacked along m: four tiles) fill one wave. So a stage
+    op that merges equal GEMMs of several layers costs what the layers' separate ops cost."""
     gpu = tiny_gpu()
-    two = gemm_shape_time_s(128, 128, 256, gpu, dtype="bf16", count=2)
-    assert two == pytest.approx(by_hand(1, 256))
-    assert gemm_shape_time_s(128, 128, 256, gpu, dtype="bf16", count=3) == pytest.approx(2 * two)
-    assert gemms_time_s(((128, 128, 256, 2), (128, 128, 256, 3)), gpu, dtype="bf16") == pytest.approx(3 * two)
+    one = gemm_shape_time_s(128, 128, 256, gpu, dtype="bf16")
+    assert one == pytest.approx(by_hand(1, 256))
+    assert gemm_shape_time_s(128, 128, 256, gpu, dtype="bf16", count=3) == pytest.approx(3 * one)
+    assert gemm_shape_time_s(256, 128, 256, gpu, dtype="bf16") == pytest.approx(one)  # batch of 2, stacked
+    assert gemms_time_s(((128, 128, 256, 2), (128, 128, 256, 3)), gpu, dtype="bf16") == pytest.approx(5 * one)
 
 
 def test_few_tiles_split_the_inner_dimension() -> None:
@@ -91,9 +93,9 @@ def test_few_tiles_split_the_inner_dimension() -> None:
 
 def test_a_dimension_shorter_than_the_tile_uses_a_narrower_tile() -> None:
     """A 64-wide output is not padded to the 128-wide tile: cuBLAS has narrower kernels (16 wide at least);
-    four of them fill the 4 SMs."""
+    four of them (a 256 x 64 output) fill the 4 SMs."""
     gpu = tiny_gpu()
-    narrow = gemm_shape_time_s(64, 64, 256, gpu, dtype="bf16", count=4)
+    narrow = gemm_shape_time_s(256, 64, 256, gpu, dtype="bf16")
     assert narrow == pytest.approx(by_hand(1, 256) / 2)  # four 64 x 64 tiles: half as long as 64 x 128 ones
 
 

@@ -149,8 +149,9 @@ def test_attention_hbm_bytes_include_the_s_squared_softmax_and_dropout() -> None
     cost = block_cost(m, Layout(), 1)
     context_copy = 2 * E  # PV output permuted to [s, b, h] with .contiguous() (Megatron-LM CoreAttention)
     assert cost.fwd_hbm_bytes == 2 * E + 2 * S + S * 5 // 2 + context_copy + 3 * E + T * h
-    assert (1024, 1024, 64, a) in cost.fwd_gemms and (1024, 64, 1024, a) in cost.fwd_gemms  # QK^T, PV
-    assert cost.bwd_input_gemms.count((1024, 1024, 64, a)) == 1  # dP = dO V^T writes the s x s gradient
+    # QK^T and PV, the a heads stacked along m
+    assert (a * 1024, 1024, 64, 1) in cost.fwd_gemms and (a * 1024, 64, 1024, 1) in cost.fwd_gemms
+    assert cost.bwd_input_gemms.count((a * 1024, 1024, 64, 1)) == 1  # dP = dO V^T writes the s x s gradient
 
 
 def test_invalid_layout_for_model_is_rejected() -> None:

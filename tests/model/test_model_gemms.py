@@ -46,11 +46,12 @@ def test_llama_mlp_shapes_under_tensor_parallelism() -> None:
 
 
 def test_unfused_core_is_batched_over_heads_and_fused_core_has_no_gemm() -> None:
-    """GPT-2 small (12 heads, head dim 64, s 1024): QK^T and PV batched 12x per sequence; FlashAttention
-    moves the core out of the GEMM list (the attention table prices it)."""
+    """GPT-2 small (12 heads, head dim 64, s 1024): QK^T and PV batched 12x per sequence, listed as one GEMM
+    with the 12 members stacked along m; FlashAttention moves the core out of the GEMM list (the attention
+    table prices it)."""
     model = get_model("gpt2-small")
     unfused = block_gemms(model, Layout(), 1)
-    assert unfused.core_fwd == ((1024, 1024, 64, 12), (1024, 64, 1024, 12))
+    assert unfused.core_fwd == ((12 * 1024, 1024, 64, 1), (12 * 1024, 64, 1024, 1))
     fused = block_gemms(model, Layout(flash_attention=True), 1)
     assert fused.core_fwd == () and len(fused.fwd) == 2
     assert block_cost(model, Layout(flash_attention=True), 1).attention_shape == (1024, 1024, 64)
