@@ -89,7 +89,12 @@ def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, 
     check_layout(spec, layout)
     sized = _resolve_cluster(cluster, layout.world_size)
     gran = _resolve_granularity(granularity, layout.world_size)
+    from simgrid.limits import check_program_size
     from simgrid.schedules import build_program
+
+    every_rank = mode == "full" or comm_model == "flow" or bool(speed_factors)  # else one rank per stage
+    check_program_size(spec, layout, gran, ranks=layout.world_size if every_rank else layout.pp,
+                       what=f"simulating {'every rank' if every_rank else 'one rank per pipeline stage'}")
 
     program = build_program(spec, layout, granularity=gran)  # type: ignore[arg-type]
     engine = simulate_program(program, sized, mode=mode, comm_model=comm_model, speed_factors=speed_factors,

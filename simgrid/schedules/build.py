@@ -122,6 +122,9 @@ def program_groups(ctx: LoweringContext) -> dict[str, tuple[int, ...]]:
 
 def build_program(model: ModelSpec, layout: Layout, *, granularity: Granularity = "block") -> Program:
     """Lower ``layout``'s pipeline schedule for ``model`` into a Program covering every rank."""
+    from simgrid.limits import check_program_size
+
+    check_program_size(model, layout, granularity, ranks=layout.pp)  # one template per pipeline rank is built
     with collector_paused():
         return _build(model, layout, granularity)
 
