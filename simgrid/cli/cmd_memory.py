@@ -36,8 +36,10 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Estimate, print, and advise when the layout does not fit."""
     from simgrid.hardware import load_gpu
+    from simgrid.limits import check_world_size
     from simgrid.memory import estimate_memory, suggest_layouts
 
+    check_world_size(args.max_gpus, what=f"--max-gpus {args.max_gpus}")
     model, layout = model_layout_from_args(args)
     gpu = load_gpu(args.gpu) if args.gpu else None
     estimate = estimate_memory(model, layout, gpu)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from simgrid.cli.common import positive_int
-from simgrid.errors import SimgridError
 from simgrid.layout.spec import SCHEDULES
 
 FORMATS = ("grid", "csv", "torch-csv", "json")
@@ -55,15 +53,18 @@ def render(schedule: str, pp: int, microbatches: int, vpp: int, fmt: str) -> str
 
 def run(args: argparse.Namespace) -> int:
     """Build the order and print or write it."""
+    from simgrid.io import atomic_write_text, check_output_path
+    from simgrid.limits import check_schedule_size
+
+    if args.out is not None:
+        check_output_path(args.out, flag="--out")
     vpp = args.vpp if args.vpp is not None else (2 if args.schedule == "zbv" else 1)
+    check_schedule_size(args.pp, vpp, args.microbatches)
     text = render(args.schedule, args.pp, args.microbatches, vpp, args.format)
     if args.out is None:
         print(text, end="")
         return 0
-    try:
-        Path(args.out).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise SimgridError(f"--out {args.out}: cannot write the file ({exc.strerror})") from None
+    atomic_write_text(args.out, text, flag="--out")
     print(f"wrote {args.format} order of {args.schedule} (pp {args.pp}, {args.microbatches} micro-batches) "
           f"to {args.out}")
     return 0

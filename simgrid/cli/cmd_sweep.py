@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from simgrid.cli.common import add_model_args, model_from_args, positive_int, print_json
@@ -81,14 +80,18 @@ def run(args: argparse.Namespace) -> int:
 
     model = model_from_args(args)
     constraints = constraints_from_args(args)
-    if args.out:
+    check_pins(args, model)
+    if args.out is not None:
         _check_writable(args.out)
     result = sweep(
         model, args.cluster, args.gpus, args.gbs, constraints=constraints, workers=args.workers,
         progress=not args.no_progress and not args.json, prune_recompute=not args.no_prune,
     )
     if args.out:
-        result.table.to_csv(args.out, index=False)
+        from simgrid.io import atomic_output
+
+        with atomic_output(args.out, flag="--out") as temp:
+            result.table.to_csv(temp, index=False)
     shown = result.table.head(args.top)
     if args.json:
         print_json([{k: _json_value(row[k]) for k in JSON_KEYS} for row in shown.to_dict("records")])
@@ -105,6 +108,48 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         print(f"\nwrote {len(result.table)} layouts to {args.out}")
     return 0
+
+
+def check_pins(args: argparse.Namespace, model: Any) -> None:
+    """Refuse pinned degrees that leave no layout at all, saying which pin and why (exit 2, one line),
+    rather than enumerating nothing and reporting an empty search."""
+    from simgrid.limits import MAX_OPS, check_world_size
+
+    check_world_size(args.gpus, what=f"--gpus {args.gpus}")
+    gpus = args.gpus
+    divisors = [d for d in range(1, min(gpus, 64) + 1) if gpus % d == 0]
+    for flag, value in (("--tp", args.tp), ("--pp", args.pp), ("--dp", args.dp)):
+        if value is not None and gpus % value:
+            raise SimgridError(f"{flag} {value} does not divide --gpus {gpus}; pin a divisor such as "
+                               f"{', '.join(map(str, divisors))}")
+    if args.tp is not None and model.num_heads % args.tp:
+        raise SimgridError(f"--tp {args.tp} does not divide {model.name}'s {model.num_heads} attention heads; pin a "
+                           "divisor of the head count")
+    if args.pp is not None and args.pp > model.num_layers:
+        raise SimgridError(f"--pp {args.pp} is more than {model.name}'s {model.num_layers} layers; pin at most "
+                           f"{model.num_layers}")
+    pinned = [(flag, value) for flag, value in (("--dp", args.dp), ("--tp", args.tp), ("--pp", args.pp))
+              if value is not None]
+    product = 1
+    for _, value in pinned:
+        product *= value
+    if len(pinned) > 1 and (product > gpus or gpus % product):
+        names = " ".join(f"{flag} {value}" for flag, value in pinned)
+        raise SimgridError(f"{names} use {product} GPUs per context-parallel rank, which does not divide --gpus "
+                           f"{gpus}; make dp * tp * pp * cp = {gpus}")
+    for cp in args.cp or (1,):
+        if gpus % cp:
+            raise SimgridError(f"--cp {cp} does not divide --gpus {gpus}")
+        if model.seq_length % (2 * cp):
+            raise SimgridError(f"--cp {cp}: context parallelism splits each sequence into 2 * cp = {2 * cp} chunks, "
+                               f"which does not divide the sequence length {model.seq_length}")
+    fewest = -(-args.gbs // (gpus * max(args.mbs or (args.max_mbs,))))  # micro-batches of the most parallel layout
+    if fewest * 56 > MAX_OPS:  # the smallest program: stage granularity, one unit per micro-batch
+        raise SimgridError(f"--gbs {args.gbs} on {gpus} GPUs means at least {fewest:,} micro-batches per pipeline, "
+                           f"over the limit of {MAX_OPS:,} simulated ops for every layout; use a smaller --gbs")
+    if args.dp is not None and args.gbs % args.dp:
+        raise SimgridError(f"--gbs {args.gbs} is not divisible by --dp {args.dp}; give a global batch that is a "
+                           f"multiple of {args.dp}")
 
 
 def constraints_from_args(args: argparse.Namespace) -> Any:
@@ -175,9 +220,9 @@ def _positive_ints(text: str) -> tuple[int, ...]:
 
 
 def _check_writable(path: str) -> None:
-    parent = Path(path).resolve().parent
-    if not parent.is_dir():
-        raise SimgridError(f"--out {path}: directory {parent} does not exist")
+    from simgrid.io import check_output_path
+
+    check_output_path(path, flag="--out")
 
 
 def _json_value(value: Any) -> Any:
