@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from modern_devset import DevResult, dev_groups, dev_table, render_block, summary_table
 from published_data import (
     CLUSTER,
     KORTHIKANTI_TABLE5,
@@ -211,6 +212,12 @@ class Validation:
     """Table 4 per-layer timings (not tuned on)."""
     zero: list[ZeroCell] = field(default_factory=list)
     """ZeRO Table 1 cells."""
+    modern: list[DevResult] = field(default_factory=list)
+    """Modern dev set rows (issue 12)."""
+
+    def dev_groups(self) -> list[tuple[str, Any]]:
+        """The modern dev set's summaries: whole dev set (SC'21 Table 1 + modern rows) and its parts."""
+        return dev_groups(self.megatron, self.modern, half_peak_tflops_a100()) if self.modern else []
 
     def summary(self) -> dict[str, Any]:
         """Per-table counts, mean absolute errors and whether each issue target is met."""
@@ -233,6 +240,8 @@ class Validation:
         if self.zero:
             exact = sum(c.match is not None for c in self.zero)
             out["zero"] = {"cells": len(self.zero), "exact": exact, "target_met": exact == len(self.zero)}
+        for name, group in self.dev_groups():
+            out.setdefault("dev_set", {})[name] = {**asdict(group), "targets_met": group.targets_met}
         return out
 
     def to_json_dict(self) -> dict[str, Any]:
@@ -246,6 +255,7 @@ class Validation:
             "korthikanti": [row(r) for r in self.korthikanti],
             "korthikanti_table4": [asdict(t) for t in self.layers],
             "zero": [asdict(c) for c in self.zero],
+            "modern": [{**asdict(r), "error": r.error, "baseline_error": r.baseline_error} for r in self.modern],
         }
 
 
@@ -274,6 +284,9 @@ def print_report(v: Validation, stream: Any = sys.stdout) -> None:
         s = summary["zero"]
         print("ZeRO Table 1 (model-state GB per device)\n" + zero_table(v.zero), file=stream)
         print(f"exact to the printed rounding: {s['exact']}/{s['cells']}\n", file=stream)
+    if v.modern:
+        print("Modern dev set (tokens/s per GPU; + = simulator faster)\n" + dev_table(v.modern) + "\n", file=stream)
+        print("Dev set summary\n" + summary_table(v.dev_groups()) + "\n", file=stream)
 
 
 # -- docs/validation.md ------------------------------------------------------------------------------------
@@ -286,6 +299,15 @@ KNOWN_LIMITATIONS = """\
   both factors and a verdict that depends on it is reported as undecided.
 - No calibration run on real A100 hardware stands behind these numbers: every constant of the A100
   profile cites a public datasheet or measurement (see its [sources] table)."""
+
+
+def half_peak_tflops_a100() -> float:
+    """Half of the SC'21 profile's dense 16-bit peak, TFLOP/s: the naive baseline for SC'21 Table 1."""
+    from modern_data import HALF_PEAK
+
+    from simgrid.hardware import load_cluster
+
+    return HALF_PEAK * load_cluster(CLUSTER, gpus=8).gpu.peak_flops(PRECISION) / 1e12
 
 
 def cost_model_checks() -> list[str]:
@@ -492,6 +514,13 @@ def render_document(v: Validation, *, wall_s: float) -> str:
         s = summary["zero"]
         parts.append(f"- ZeRO Table 1: {s['exact']}/{s['cells']} cells exact to the printed rounding: "
                      f"**{'met' if s['target_met'] else 'not met'}**.")
+    groups = v.dev_groups()
+    for name, g in groups[:1]:
+        parts.append(f"- Issue 12 dev set ({name}, {g.rows} rows): {g.within}/{g.rows} within 10 %, mean absolute "
+                     f"error {g.mae:.1%}, mean signed error {g.mean_signed:+.1%} (targets: every row within 10 %, "
+                     f"MAE <= 5 %, signed within +-2 %): **{'met' if g.targets_met else 'not met'}**. The "
+                     f"half-of-peak baseline scores {g.baseline_within}/{g.rows} within 10 %, MAE "
+                     f"{g.baseline_mae:.1%}, signed {g.baseline_mean_signed:+.1%}.")
     sections = [
         ("Megatron SC'21 Table 1", "Interleaved 1F1B with the row's virtual stages (1F1B when vpp = 1), full "
          "recompute, dp = GPUs/(tp*pp). The paper's TFLOP/s count the recompute (its eq. 3), so the "
@@ -518,6 +547,8 @@ def render_document(v: Validation, *, wall_s: float) -> str:
     for title, text, table in sections:
         if table:
             parts += ["", f"## {title}", "", text, "", table]
+    if v.modern:
+        parts += ["", render_block(v.modern, groups)]
     parts += ["", "## The A100 constants behind every row", "", profile_constants()]
     parts += ["", "## Discussion of misses (written from the numbers above)", "", *discussion(v),
               "", "## Physics behind the misses (probed from the current code)", "", *cost_model_checks(),

@@ -4,8 +4,8 @@ A :class:`BlockRun` holds the autograd state of one (block, micro-batch): the bl
 requires grad (the autograd cut at block boundaries), each segment's output, and the leaf that continues
 after each cut. Forward runs segments until it meets a cut whose collective has not delivered its result;
 backward runs segments in reverse until it meets a cut whose gradient collective has not delivered. The
-interpreter issues the collectives between compute ops and feeds results back, so nothing is communicated
-inside autograd.
+op handlers (:mod:`executor.handlers`) issue the collectives between compute ops and feed results back,
+so nothing is communicated inside autograd.
 
 Backward comes in three flavours: ``B`` (full: :func:`torch.autograd.backward`, accumulating parameter
 grads), ``I`` (input grads only, :func:`torch.autograd.grad` with ``retain_graph=True``) and ``W`` (weight
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from executor.model import BlockModule
+from executor.block import BlockModule
 from executor.tp import VOCAB_CE, vocab_ce_stats
 from simgrid.errors import ProgramError
 

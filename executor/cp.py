@@ -11,24 +11,22 @@ In a block, the Q/K/V projection (and RoPE) is a segment of its own, and the cut
 kind :data:`CP_KV`: it passes Q of the local tokens through unchanged and replaces the local K, V by the
 gathered ones. Its leaf (the input of the core segment) is the flat concatenation
 ``[Q_local | KV_full]`` (``KV_full`` in global token order, ``[s, b, 2 * kv_width]``), so one autograd leaf
-carries both; its gradient splits back into dQ (kept) and the full dK, dV (reduce-scattered).
+carries both; its gradient splits back into dQ (kept) and the full dK, dV (reduce-scattered). This module
+starts those collectives on given tensors; the handler of the IR's ``cp`` ops
+(:mod:`executor.handlers.blockcomm`) decides when, on which run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from executor.comm import all_gather_dim0, reduce_scatter_dim0
 from executor.tp import CutComm
-from simgrid.errors import LayoutError, ProgramError
-
-if TYPE_CHECKING:
-    from executor.blockrun import BlockRun
-    from executor.interpreter import RankInterpreter
+from simgrid.errors import LayoutError
 
 CP_KV = "cp_kv"
 """Pseudo-kind of the context-parallel cut: K/V all-gather forward, dK/dV reduce-scatter backward."""
@@ -137,37 +135,3 @@ def start_kv_grad_scatter(leaf_grad: torch.Tensor, packed_shape: torch.Size, q_w
         return torch.cat([dq, getter()], dim=-1)
 
     return work, grad, note
-
-
-def issue_kv_collective(interp: RankInterpreter, run: BlockRun, action: tuple[str, int], phase: str,
-                        compute_kind: str, group: Any, index: int) -> tuple[Any, Any, str]:
-    """Issue one K/V collective of a block's K/V cut: (work, (deliver, cut, result getter) or None, note).
-
-    ``action`` is (``cut`` or ``regather``, cut index) from the interpreter's collective plan; ``index``
-    is this rank's place in the CP group (the reduce-scatter shard it keeps).
-
-    The backward re-gather moves the rank's K, V rows but does not advance the backward: the core's
-    backward belongs to the B/I op after it.
-    """
-    block, mb, q_width = run.module.index, run.microbatch, run.module.q_width
-    kind, cut = action
-    if kind == "regather":
-        packed = run.outputs[cut]
-        if packed is None:
-            raise ProgramError(f"block {block} micro-batch {mb}: K/V re-gather before the forward projected them")
-        return start_kv_regather(packed.detach(), q_width, interp.cp, group), None, REGATHER_NOTE
-    if phase == "bwd":
-        blocked = interp.backward_run(block, mb, compute_kind)
-        if blocked != cut:
-            raise ProgramError(f"block {block} backward is at cut {blocked}, the dK/dV reduce-scatter expects {cut}")
-        packed = run.outputs[cut]
-        assert packed is not None
-        work, grad, note = start_kv_grad_scatter(run.backward_comm_input(cut), packed.shape, q_width, interp.cp,
-                                                 group, index, interp.backend)
-        return work, (run.set_backward_comm_result, cut, grad), note
-    with interp.deferred_segments(run, "fwd"):
-        blocked = run.forward()
-    if blocked != cut:
-        raise ProgramError(f"block {block} forward is at cut {blocked}, the K/V all-gather expects cut {cut}")
-    work, leaf = start_kv_gather(run.forward_comm_input(cut), q_width, interp.cp, group)
-    return work, (run.set_forward_comm_result, cut, leaf), ""

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from executor.block import BlockModule, owned_parameters
 from executor.comm import flatten, unflatten_into
-from executor.model import BlockModule, owned_parameters
 from executor.optim import OptimizerConfig, optimizer_step
 
 

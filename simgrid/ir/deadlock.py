@@ -8,13 +8,47 @@ stuck ones and their partners first) and only the rows around the marks, with ``
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections import deque
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from simgrid.ir.ops import Collective, Recv, Send, stream_of
+from simgrid.ir.program import Program
 from simgrid.ir.text import format_op, short_op
 
-if TYPE_CHECKING:
-    from simgrid.ir.dryrun import _Run
+
+class StuckRun(Protocol):
+    """What the report reads of a dry run that stopped (:class:`simgrid.ir.dryrun._Run` provides it); a
+    protocol, so the report depends on the dry run's state and not on the dry run module."""
+
+    @property
+    def program(self) -> Program:
+        """The program being run."""
+
+    @property
+    def pc(self) -> Sequence[int]:
+        """Per rank: index of the next op to issue."""
+
+    @property
+    def blocked_on(self) -> Sequence[int | None]:
+        """Per rank: index of the op its WAIT is waiting for, if blocked."""
+
+    @property
+    def queues(self) -> Sequence[Mapping[str, deque[int]]]:
+        """Per rank, per stream: issued ops not yet completed, in issue order."""
+
+    @property
+    def ends(self) -> Sequence[Sequence[float]]:
+        """Per rank, per op: completion time, negative while not completed."""
+
+    @property
+    def coll_slot(self) -> Mapping[tuple[int, int], tuple[str, int]]:
+        """(rank, op index) -> (group, sequence number) of each issued collective."""
+
+    @property
+    def coll_arrived(self) -> Mapping[tuple[str, int], list[tuple[int, int]]]:
+        """(group, sequence number) -> (rank, op index) of the members that reached that collective."""
+
 
 MAX_COLUMNS = 8
 """Ranks shown side by side in the grid."""
@@ -28,7 +62,7 @@ CELL_WIDTH = 22
 """Characters of an abbreviated op."""
 
 
-def deadlock_report(run: _Run, stuck: list[int], pending: list[tuple[int, int]]) -> str:
+def deadlock_report(run: StuckRun, stuck: list[int], pending: list[tuple[int, int]]) -> str:
     """The full error message for a dry run that cannot finish."""
     program = run.program
     waits_for: dict[int, int] = {}
@@ -72,7 +106,7 @@ def deadlock_report(run: _Run, stuck: list[int], pending: list[tuple[int, int]])
     return "\n".join(lines)
 
 
-def _why_pending(run: _Run, rank: int, index: int | None) -> str:
+def _why_pending(run: StuckRun, rank: int, index: int | None) -> str:
     program = run.program
     if index is None:
         return "unknown op"
@@ -113,7 +147,7 @@ def _ranks(ranks: list[int]) -> str:
     return ", ".join(map(str, ranks[:12])) + (f", ... ({len(ranks)} in all)" if len(ranks) > 12 else "")
 
 
-def _grid(run: _Run, stuck: list[int], waits_for: dict[int, int], pending: list[tuple[int, int]]) -> str:
+def _grid(run: StuckRun, stuck: list[int], waits_for: dict[int, int], pending: list[tuple[int, int]]) -> str:
     program = run.program
     marks: dict[tuple[int, int], str] = {}
     if not stuck:
@@ -160,7 +194,7 @@ def _grid(run: _Run, stuck: list[int], waits_for: dict[int, int], pending: list[
 
 
 def _choose_columns(
-    run: _Run, stuck: list[int], waits_for: dict[int, int], pending: list[tuple[int, int]]
+    run: StuckRun, stuck: list[int], waits_for: dict[int, int], pending: list[tuple[int, int]]
 ) -> list[int]:
     world = run.program.world_size
     if world <= MAX_COLUMNS:

@@ -6,6 +6,11 @@ Sources of the shapes:
   padded vocabulary 51200 and s = 2048, as trained in Narayanan et al. SC'21 and Korthikanti et al. 2022.
 * ``megatron-*``: every row of Narayanan et al. SC'21 Table 1 (``shared/reference/megatron_sc21_table1.csv``):
   GPT recipe with LayerNorm, biases, learned positions, tied embeddings, f = 4h, V = 51200, s = 2048.
+* ``megatron-h100-*``: the GPT models of Megatron-LM's H100 weak-scaling table (README "Training Speed and
+  Scalability", images/model_table.png, commit f2e5db4 of 2024-07-15, Megatron-Core r0.8.0): layers, hidden
+  size and heads from the table; V = 131072 and s = 4096 from the README text; untied input and output
+  embeddings, because only then do the shapes add up to the table's sizes (e.g. 24 * 12 * 2048^2 +
+  2 * 131072 * 2048 = 1.75e9 for "1.7B", 112 * 12 * 18432^2 + 2 * 131072 * 18432 = 461.4e9 for "462B").
 * ``korthikanti-22b``: Korthikanti et al. 2022 Table 3 (48 layers, h = 6144, 64 heads). Its 175B, 530B
   and 1T models have exactly the shapes of ``gpt3-175b``, ``megatron-529.6b`` and ``megatron-1t``; the
   aliases ``korthikanti-175b``, ``korthikanti-530b`` and ``korthikanti-1t`` name them.
@@ -54,10 +59,31 @@ MEGATRON_TABLE1_SHAPES: tuple[tuple[str, int, int, int], ...] = (
     ("megatron-1t", 128, 25600, 160),
 )
 
+#: (name, layers, hidden, heads) of Megatron-LM's H100 weak-scaling table (README, model_table.png).
+MEGATRON_H100_SHAPES: tuple[tuple[str, int, int, int], ...] = (
+    ("megatron-h100-1.7b", 24, 2048, 16),
+    ("megatron-h100-7.1b", 30, 4096, 32),
+    ("megatron-h100-16b", 32, 6144, 48),
+    ("megatron-h100-32b", 48, 7168, 56),
+    ("megatron-h100-70b", 84, 8192, 64),
+    ("megatron-h100-119b", 92, 10240, 80),
+    ("megatron-h100-177b", 96, 12288, 96),
+    ("megatron-h100-314b", 96, 16384, 128),
+    ("megatron-h100-462b", 112, 18432, 144),
+)
+
+
+def _gpt_untied(name: str, layers: int, hidden: int, heads: int, *, vocab: int, seq: int) -> ModelSpec:
+    return ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads, vocab_size=vocab,
+                     seq_length=seq, tied_embeddings=False)
+
+
 _PRESETS: tuple[ModelSpec, ...] = (
     _gpt("gpt3-175b", 96, 12288, 96),
     *(_gpt(name, layers, hidden, heads) for name, layers, hidden, heads in MEGATRON_TABLE1_SHAPES),
     _gpt("korthikanti-22b", 48, 6144, 64),
+    *(_gpt_untied(name, layers, hidden, heads, vocab=131072, seq=4096)
+      for name, layers, hidden, heads in MEGATRON_H100_SHAPES),
     _llama("llama2-7b", 32, 4096, 32, 32, 11008, vocab=32000, seq=4096),
     _llama("llama2-13b", 40, 5120, 40, 40, 13824, vocab=32000, seq=4096),
     _llama("llama2-70b", 80, 8192, 64, 8, 28672, vocab=32000, seq=4096),

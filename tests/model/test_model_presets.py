@@ -103,7 +103,7 @@ def test_lookup_is_case_insensitive_and_list_is_complete() -> None:
     """Names resolve case-insensitively; list_models has every preset once."""
     assert get_model("GPT3-175B").name == "gpt3-175b"
     names = [m.name for m in list_models()]
-    assert len(names) == len(set(names)) and len(names) == 21
+    assert len(names) == len(set(names)) and len(names) == 30  # 21 + the 9 megatron-h100-* shapes
 
 
 def test_unknown_model_lists_close_matches_and_names() -> None:

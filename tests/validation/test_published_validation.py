@@ -123,3 +123,14 @@ def test_rows_that_meet_the_issue_target_stay_within_ten_percent(small_megatron_
     for setting in ("full", "selective-sp"):
         result = published.simulate_korthikanti(row, setting)
         assert result.within, (setting, result.predicted, result.published)
+
+
+def test_rows_option_takes_the_modern_table_ids_and_patterns() -> None:
+    """--rows accepts the modern table, a modern row id, and shell-style patterns of row ids."""
+    tables, rows = published.select("modern")
+    assert tables == {"modern"} and rows == set()
+    _, rows = published.select("automodel-70b-fsdp32-cp2,titan-a100-*")
+    assert rows == {"automodel-70b-fsdp32-cp2", "titan-a100-13b-noac", "titan-a100-13b-sacop",
+                    "titan-a100-70b-full", "titan-a100-70b-sacop"}
+    with pytest.raises(SystemExit, match="neither a table"):
+        published.select("nothing-*")

@@ -1,0 +1,114 @@
+"""What one rank measures in a step: timed :class:`simgrid.trace.TraceRow` rows, losses and the IR's memory peak.
+
+Compute ops are timed from issue to end; communication from issue to observed completion; a WAIT gets a
+row when the compute stream really blocked. A segment that runs outside any compute op (at a send, a
+gradient synchronisation, a tensor-parallel collective's issue or a ZeRO-3 FREE) gets a row of its own on
+the compute stream, at the time it really ran, carrying the kind, stage and micro-batch of the compute op
+it belongs to (:meth:`StepRecorder.deferred_segments`); segments run inside a compute op are in that op's
+row already.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from executor.blockrun import BlockRun
+from executor.timing import make_timer
+from simgrid.ir.ops import Op
+from simgrid.ir.text import format_op
+from simgrid.trace import TraceRow, row_for_op
+
+DEFERRED_NOTE = "deferred segment"
+"""Marks the op text of a row timing lazy segments of a compute op that ran after it (see
+:meth:`StepRecorder.deferred_segments`)."""
+
+WAIT_ROW_MIN_S = 20e-6
+"""A WAIT that blocked less than this gets no trace row (host-clock noise)."""
+
+
+@dataclass
+class StepResult:
+    """What one rank measured in one step."""
+
+    losses: dict[int, float] = field(default_factory=dict)
+    """Micro-batch -> loss (ranks that run the head)."""
+    rows: list[TraceRow] = field(default_factory=list)
+    """Timed ops, seconds from the step start."""
+    step_s: float = 0.0
+    """This rank's time from step start to its last op's end."""
+    peak_ir_bytes: int = 0
+    """Peak of the live ALLOC bytes the IR declared."""
+
+
+class StepRecorder:
+    """The rows of one rank's current step, and which op is running (the base of :class:`executor.state.RankState`)."""
+
+    def __init__(self, *, rank: int, ops: Sequence[Op], stage_of: dict[int, int], device: torch.device) -> None:
+        self.rank = rank
+        self.ops: tuple[Op, ...] = tuple(ops)
+        self.texts = [format_op(op) for op in self.ops]
+        #: Block -> global pipeline stage of the blocks this rank holds.
+        self.stage_of = stage_of
+        self.timer = make_timer(device)
+        self.result = StepResult()
+        #: Index of the op being dispatched, and the timer mark taken when its dispatch began.
+        self.current_index = 0
+        self.op_start: Any = None
+        #: A compute op is running: lazy segments run now are inside its row.
+        self.in_compute = False
+        #: (block, micro-batch, "fwd" | "bwd") -> index of the compute op whose segments the run holds.
+        self.segment_owner: dict[tuple[int, int, str], int] = {}
+
+    def row(self, op: Op, start: Any, end: Any, text: str, *, note: str = "") -> None:
+        """A row for ``op`` between two timer marks."""
+        row = row_for_op(self.rank, op, self.timer.seconds(start), self.timer.seconds(end),
+                         text=text + (f"  # {note}" if note else ""))
+        self.result.rows.append(row)
+
+    @contextmanager
+    def deferred_segments(self, run: BlockRun, phase: str) -> Iterator[None]:
+        """Time the segments of ``run`` the body advances (``phase`` ``fwd`` or ``bwd``) outside any compute op.
+
+        The IR counts such a segment (a residual add after the forward all-reduce, a norm backward after
+        the gradient all-reduce) in the compute op that reached its cut, but the executor can only run it
+        once the collective has delivered: at the next compute op (inside that op's row), a send, a
+        gradient synchronisation or a ZeRO-3 FREE. Under sequence parallelism the issue of a gather the IR
+        places *before* its compute op runs that op's first segments too. All but the first get a row of
+        their own at the time they ran, with the kind, stage and micro-batch of the owning compute op
+        (:attr:`segment_owner`), so per-kind compute time is whole and no time is counted twice (the rows
+        of one rank's compute stream never overlap).
+        """
+        if self.in_compute:
+            yield
+            return
+        before = _progress(run, phase)
+        start = self.timer.mark()
+        yield
+        if _progress(run, phase) != before:
+            self._deferred_row(run, phase, start, self.timer.mark())
+
+    def _deferred_row(self, run: BlockRun, phase: str, start: Any, end: Any) -> None:
+        block, mb = run.module.index, run.microbatch
+        where = f"run at #{self.current_index} {self.texts[self.current_index]}"
+        owner = self.segment_owner.get((block, mb, phase))
+        if owner is None:  # no compute op reached the cut yet: named by the block, kind from the phase
+            kind = "F" if phase == "fwd" else run.bwd_mode or "B"
+            self.result.rows.append(TraceRow(
+                self.rank, "compute", f"{kind} b{block} m{mb}  # {DEFERRED_NOTE}, {where}", kind, "compute",
+                self.timer.seconds(start), self.timer.seconds(end), 0, 0.0, self.stage_of.get(block, -1), mb))
+            return
+        # No FLOPs: the op's own row carries all of them (metrics sum row FLOPs; counting them twice
+        # would inflate the hardware FLOP rate).
+        row = row_for_op(self.rank, self.ops[owner], self.timer.seconds(start), self.timer.seconds(end),
+                         text=f"{self.texts[owner]}  # {DEFERRED_NOTE}, {where}")
+        self.result.rows.append(row._replace(flops=0.0))
+
+
+def _progress(run: BlockRun, phase: str) -> int:
+    """How far ``run`` has got in ``phase`` (changes exactly when a segment runs)."""
+    return run.fwd_done if phase == "fwd" else run.bwd_next
