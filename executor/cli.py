@@ -8,7 +8,9 @@ Commands::
     simgrid-exec validate (layout flags) [--profile P] [--steps K] [--trace-dir D] [--json]
 
 Under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` set), ``run`` executes this process's rank only and rank 0
-prints the summary. Errors a user can cause print one line and exit with status 2.
+prints the summary. Errors a user can cause print one line and exit with status 2, before any rank is
+started where the input allows (bad flags, program files, unsupported optimizers, output paths). A failing
+rank is one line naming the rank, its op and the cause; ``SIMGRID_EXEC_DEBUG=1`` adds that rank's traceback.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ DEFAULT_PROFILE = "localhost-gloo.toml"
 
 
 def _parser() -> argparse.ArgumentParser:
-    from simgrid.cli.common import add_model_layout_args, positive_int
+    from simgrid.cli.common import add_model_layout_args, positive_int, positive_number
 
     parser = argparse.ArgumentParser(prog="simgrid-exec", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -38,7 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=positive_int, default=1, help="optimizer steps (default 1)")
     run.add_argument("--seed", type=int, default=0, help="seed of weights and data (default 0)")
     run.add_argument("--trace", help="write the measured trace (Chrome/Perfetto JSON) here")
-    run.add_argument("--timeout", type=float, default=300.0, help="overall deadline in seconds (default 300)")
+    run.add_argument("--timeout", type=positive_number, default=300.0,
+                     help="overall deadline in seconds, finite and > 0 (default 300)")
     run.add_argument("--json", action="store_true", help="print a JSON summary")
     sub.add_parser("doctor", help="check backends, GPUs and the rendezvous address/port, and say what to fix")
     cal = sub.add_parser("calibrate", help="micro-benchmark this machine and write a cluster profile")
@@ -69,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             return _calibrate(args)
         return _validate(args)
     except SimgridError as exc:
-        # The first line says what failed (rank, op); a failing rank's traceback follows for debugging.
-        print(f"simgrid-exec: error: {exc}", file=sys.stderr)
+        # The first line says what failed (rank, op); a failing rank's traceback only when debugging.
+        lines = str(exc).splitlines() or [type(exc).__name__]
+        detail = "\n".join(lines[1:]) if os.environ.get("SIMGRID_EXEC_DEBUG") == "1" else ""
+        print(f"simgrid-exec: error: {lines[0]}" + (f"\n{detail}" if detail else ""), file=sys.stderr)
         return 2
 
 
@@ -85,9 +90,12 @@ def _model_layout(args: argparse.Namespace) -> tuple[Any, Any]:
 def _run(args: argparse.Namespace) -> int:
     from executor.launch import LaunchConfig
     from executor.runner import run_program, validate_or_raise
+    from simgrid.io import atomic_output, check_output_path
     from simgrid.ir.jsonio import load_program
     from simgrid.schedules import build_program
 
+    if args.trace is not None:
+        check_output_path(args.trace, flag="--trace")
     if args.program:
         program = load_program(args.program)
     else:
@@ -100,7 +108,8 @@ def _run(args: argparse.Namespace) -> int:
     config = LaunchConfig(world_size=world, run_timeout_s=args.timeout)
     result = run_program(program, steps=args.steps, seed=args.seed, config=config, collect_weights=False)
     if args.trace:
-        result.trace.to_chrome_trace(args.trace)
+        with atomic_output(args.trace, flag="--trace") as temp:
+            result.trace.to_chrome_trace(temp)
     summary = {"world_size": world, "steps": args.steps, "losses": result.losses,
                "step_times_s": result.step_times_s, "measured_step_s": result.measured_step_s}
     if args.json:
@@ -200,7 +209,10 @@ def _doctor() -> int:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from executor.calibrate import calibrate
+    from simgrid.io import check_output_path
 
+    if Path(args.out).parent.exists():  # calibrate creates missing folders; an unusable path fails now
+        check_output_path(args.out, flag="--out")
     model, _ = _model_layout(args)
     spec, fit = calibrate(model, world_size=args.ranks, out=args.out)
     measured = spec.measured
@@ -217,17 +229,26 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from executor.validate import format_report, validate_layout
+    from simgrid.hardware import load_cluster_spec
+    from simgrid.io import atomic_output, check_output_paths
 
     if not Path(args.profile).exists():
         raise SimgridError(f"profile {args.profile!r} does not exist; run `simgrid-exec calibrate --out "
                            f"{args.profile}` first")
+    load_cluster_spec(args.profile)  # a broken profile fails before any rank starts
+    out = Path(args.trace_dir) if args.trace_dir else None
+    if out is not None:
+        if not out.is_dir():
+            check_output_paths([("--trace-dir", out)])
+            out.mkdir()
+        check_output_paths([("--trace-dir", out / "predicted.json"), ("--trace-dir", out / "measured.json")])
     model, layout = _model_layout(args)
     report = validate_layout(model, layout, profile=args.profile, steps=args.steps)
-    if args.trace_dir:
-        out = Path(args.trace_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        report.predicted.to_chrome_trace(out / "predicted.json")
-        report.measured.to_chrome_trace(out / "measured.json")
+    if out is not None:
+        with atomic_output(out / "predicted.json", flag="--trace-dir") as predicted, \
+                atomic_output(out / "measured.json", flag="--trace-dir") as measured:
+            report.predicted.to_chrome_trace(predicted)
+            report.measured.to_chrome_trace(measured)
     if args.json:
         print(json.dumps(report.to_json_dict()))
     else:

@@ -22,7 +22,7 @@ from executor.comm import all_gather_single
 from executor.interpreter import RankInterpreter
 from executor.launch import LaunchConfig, RankContext, spawn_world
 from executor.model import owned_parameters, shard_dim
-from executor.optim import OptimizerConfig
+from executor.optim import OptimizerConfig, optimizer_for
 from executor.tp import unshard
 from simgrid.errors import ProgramError
 from simgrid.ir.jsonio import program_from_json, program_to_json
@@ -84,6 +84,7 @@ def validate_or_raise(program: Program) -> None:
     dry_run(program)
     if program.model is None or program.layout is None:
         raise ProgramError("executor: the program must carry its model and layout (use build_program)")
+    optimizer_for(program.layout.optimizer)  # an optimizer the executor cannot run is refused before launch
 
 
 def run_program(program: Program, *, steps: int = 1, seed: int = 0, optimizer: OptimizerConfig | None = None,
