@@ -22,13 +22,30 @@ it is never below the built count (it is typically 2-6 times above it).
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from simgrid.errors import LayoutError
 
-if TYPE_CHECKING:
-    from simgrid.layout.spec import Layout
-    from simgrid.model.spec import ModelSpec
+
+class _ModelSizes(Protocol):
+    """What the estimate reads of a :class:`simgrid.model.ModelSpec` (a protocol: ``simgrid.layout``
+    imports this module, so it must not import the layout or the model back)."""
+
+    @property
+    def num_layers(self) -> int: ...
+
+
+class _LayoutSizes(Protocol):
+    """What the estimate reads of a :class:`simgrid.layout.Layout`."""
+
+    @property
+    def pp(self) -> int: ...
+    @property
+    def vpp(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def num_microbatches(self) -> int: ...
 
 MAX_WORLD_SIZE = 131_072
 """Largest number of GPUs (dp x tp x pp x cp) a layout may have."""
@@ -50,7 +67,7 @@ def check_world_size(world_size: int, *, what: str = "the layout") -> None:
         )
 
 
-def estimate_ops_per_rank(model: ModelSpec, layout: Layout, granularity: str) -> int:
+def estimate_ops_per_rank(model: _ModelSizes, layout: _LayoutSizes, granularity: str) -> int:
     """An upper estimate of the ops one pipeline rank's op list holds (see the module docstring)."""
     stages = layout.pp * layout.vpp
     layers_per_chunk = math.ceil(model.num_layers / stages)
@@ -62,7 +79,7 @@ def estimate_ops_per_rank(model: ModelSpec, layout: Layout, granularity: str) ->
         + _FIXED
 
 
-def check_program_size(model: ModelSpec, layout: Layout, granularity: str, *, ranks: int,
+def check_program_size(model: _ModelSizes, layout: _LayoutSizes, granularity: str, *, ranks: int,
                        what: str = "the program") -> None:
     """Refuse a program whose ``ranks`` built or simulated op lists would exceed :data:`MAX_OPS`.
 

@@ -168,7 +168,9 @@ def find_profile(name: str, kind: str, *, referrer: str = "") -> Path:
         if entry.name == name and entry.problem is not None and entry.kind in (None, kind):
             raise ProfileError(f"{lead}{entry.problem}")
         if entry.name == name and entry.kind == kind:
+            _warn_skipped(entries)
             return entry.path
+    _warn_skipped(entries)
     index = _index(entries)
     for other in PROFILE_KINDS:
         if (other, name) in index:
@@ -184,6 +186,13 @@ def find_profile(name: str, kind: str, *, referrer: str = "") -> Path:
     )
 
 
+def _warn_skipped(entries: list[_Entry]) -> None:
+    """One warning per unreadable file that a lookup passed over (a broken file is never skipped silently)."""
+    for entry in entries:
+        if entry.problem is not None:
+            warnings.warn(f"skipping a profile that cannot be read: {entry.problem}", ProfileWarning, stacklevel=3)
+
+
 def list_profiles() -> list[ProfileInfo]:
     """Every profile on the search path (shadowed duplicates omitted), sorted by kind then name.
 
@@ -193,15 +202,13 @@ def list_profiles() -> list[ProfileInfo]:
     infos: list[ProfileInfo] = []
     seen: set[tuple[str, str]] = set()
     for entry in _scan():
-        data: dict[str, Any] = {}
-        problem = entry.problem
-        if problem is None:
-            try:
-                data = read_toml(entry.path)
-            except ProfileError as exc:
-                problem = str(exc)
-        if problem is not None:
-            warnings.warn(f"skipping a profile that cannot be read: {problem}", ProfileWarning, stacklevel=2)
+        if entry.problem is not None:
+            _warn_skipped([entry])
+            continue
+        try:
+            data = read_toml(entry.path)
+        except ProfileError as exc:
+            warnings.warn(f"skipping a profile that cannot be read: {exc}", ProfileWarning, stacklevel=2)
             continue
         kind = str(entry.kind)
         if (kind, entry.name) in seen:
