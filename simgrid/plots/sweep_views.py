@@ -230,7 +230,8 @@ def _check_numeric(df: pd.DataFrame, column: str, who: str) -> None:
 
 
 def _shown(value: Any) -> str:
-    text = repr(value)
+    item = getattr(value, "item", None)  # numpy scalars print as np.float64(nan); show the plain value
+    text = repr(item() if callable(item) else value)
     return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
 
 
