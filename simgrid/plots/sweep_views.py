@@ -178,6 +178,9 @@ INTEGER_COLUMNS = ("dp", "tp", "pp", "cp", "vpp", "zero", "mbs", "gpus")
 NUMBER_COLUMNS = ("step_time_s", "tokens_per_s", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction",
                   "peak_memory_bytes", "memory_capacity_bytes", "exposed_tp_s", "exposed_cp_s", "exposed_pp_s",
                   "exposed_dp_s")
+MAX_CELL = 1e30
+"""Largest magnitude a number in a sweep table may have: no time, rate or size comes near it, and drawing
+values near the float limit overflows the axes."""
 #: Columns that hold True or False.
 BOOL_COLUMNS = ("fits", "sequence_parallel", "flash_attention")
 #: Columns that hold names, not numbers.
@@ -214,11 +217,16 @@ def _check_numeric(df: pd.DataFrame, column: str, who: str) -> None:
     import pandas as pd
 
     values = pd.to_numeric(df[column], errors="coerce")
-    finite = np.isfinite(values.to_numpy(dtype=float, na_value=np.nan))
+    numbers = values.to_numpy(dtype=float, na_value=np.nan)
+    finite = np.isfinite(numbers) & (np.abs(np.nan_to_num(numbers)) <= MAX_CELL)
     if not finite.all():
         row = int(np.flatnonzero(~finite)[0])
-        raise PlotError(f"{who}: column {column!r} must hold finite numbers; row {row + 1} has "
+        raise PlotError(f"{who}: column {column!r} must hold finite numbers up to {MAX_CELL:g}; row {row + 1} has "
                         f"{_shown(df[column].iloc[row])}; fix or drop that row")
+    if column in NUMBER_COLUMNS and (values < 0).any():
+        row = int(np.flatnonzero((values < 0).to_numpy())[0])
+        raise PlotError(f"{who}: column {column!r} must hold numbers >= 0 (times, rates, fractions, sizes); "
+                        f"row {row + 1} has {_shown(df[column].iloc[row])}")
     if column in INTEGER_COLUMNS:
         floor = 0 if column == "zero" else 1
         bad = (values % 1 != 0) | (values < floor) | (values > 2**53)
