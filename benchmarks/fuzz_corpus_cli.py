@@ -485,7 +485,7 @@ def executor_cases() -> list[Case]:
     ):
         files = {"d.json/": b""} if "directory" in name else {}
         cases.append(Case("executor", f"run {name}", ["run", *args], expect, tool="simgrid-exec", files=files))
-    for name, args in (("calibrate --out missing dir", ["calibrate", "--out", "missing/p.toml"]),
+    for name, args in (("calibrate --out through a file", ["calibrate", "--out", "g.toml/p.toml"]),
                        ("calibrate --out a directory", ["calibrate", "--out", "d"]),
                        ("validate --profile a directory", ["validate", "--profile", "d"]),
                        ("validate --profile garbage", ["validate", "--profile", "g.toml"])):
