@@ -8,7 +8,7 @@ sees the run's type, so the model sits below the code that drives it.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +37,11 @@ class SegmentInputs(Protocol):
     def leaf(self, cut: int) -> torch.Tensor:
         """The tensor that continues after ``cut`` (input of segment ``cut + 1``)."""
 
+    @property
+    def scratch(self) -> dict[str, Any]:
+        """Values the segments of one run share besides tensors on the autograd path (a MoE block's routing:
+        which token goes to which expert, and the token counts its all-to-alls exchange)."""
+
 
 NORM_EPS = 1e-5
 """Epsilon of LayerNorm / RMSNorm."""
@@ -47,6 +52,9 @@ class BlockModule(nn.Module):
 
     positions: torch.Tensor
     """Under context parallelism: global positions of the rank's tokens (:meth:`CPContext.positions`)."""
+    compute_dtype: torch.dtype | None = None
+    """Autocast dtype of the forward segments (None: fp32); set by the rank that runs the block
+    (:func:`executor.precision.compute_dtype`). Parameters stay fp32: they are the master weights."""
 
     def __init__(self, spec: ModelSpec, index: int, tp: TPContext, cp: CPContext | None = None) -> None:
         super().__init__()

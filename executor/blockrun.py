@@ -15,9 +15,12 @@ values as ``B``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from executor.block import BlockModule
+from executor.precision import autocast
 from executor.tp import VOCAB_CE, vocab_ce_stats
 from simgrid.errors import ProgramError
 
@@ -48,6 +51,8 @@ class BlockRun:
         self.no_grad_forward = no_grad_forward
         self.bwd_mode: str | None = None
         self.recomputing = False
+        #: Values the block's segments share (MoE routing; :attr:`executor.block.SegmentInputs.scratch`).
+        self.scratch: dict[str, Any] = {}
 
     # -- forward ---------------------------------------------------------------------------------
     @property
@@ -69,7 +74,8 @@ class BlockRun:
             j = self.fwd_done
             if j > 0 and self.leaves[j - 1] is None:
                 return j - 1
-            with torch.set_grad_enabled(not self.no_grad_forward):
+            with torch.set_grad_enabled(not self.no_grad_forward), \
+                    autocast(self.module.compute_dtype, self.block_input.device):
                 out = self.module.segment(j, self)
             self.outputs[j] = out
             self.fwd_done += 1

@@ -2,7 +2,7 @@
 
 Commands::
 
-    simgrid-exec run (--program F.json | layout flags) [--steps K] [--trace out.json] [--json]
+    simgrid-exec run (--program F.json | layout flags [--pipeline-csv F.csv]) [--steps K] [--trace out.json] [--json]
     simgrid-exec doctor
     simgrid-exec calibrate [--out profile.toml] [--ranks N]
     simgrid-exec validate (layout flags) [--profile P] [--steps K] [--trace-dir D] [--json]
@@ -30,26 +30,73 @@ DEFAULT_PROFILE = "localhost-gloo.toml"
 
 
 def _parser() -> argparse.ArgumentParser:
-    from simgrid.cli.common import add_model_layout_args, positive_int, positive_number
+    from simgrid import __version__
+    from simgrid.cli.common import Parser, add_model_layout_args, add_pipeline_csv_arg, positive_int, positive_number
 
-    parser = argparse.ArgumentParser(prog="simgrid-exec", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run a Program (or a layout's Program) for real on torch.distributed")
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = Parser(prog="simgrid-exec", description=__doc__.split("\n")[0],
+                    epilog="example: simgrid-exec run --model tiny-gpt --pp 2 --gbs 8 --steps 5", formatter_class=raw)
+    parser.add_argument("--version", action="version", version=f"simgrid-exec {__version__}")
+    # Sub-parsers refuse abbreviated options too (Parser): --gpu must never mean --gpus.
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    run = sub.add_parser(
+        "run", help="run a Program (or a layout's Program) for real on torch.distributed", formatter_class=raw,
+        description="Run one or more training steps of a program for real, one process per rank (gloo on CPU, "
+        "NCCL on GPU), and print each step's loss and time. The program comes from a file (--program), from "
+        "the model and layout flags, or from those flags with the pipeline order of a torch schedule CSV "
+        "(--pipeline-csv). The first step is warm-up (allocations, gloo connections) and is marked; the step "
+        "time is the median of the others.",
+        epilog="examples:\n"
+        "  simgrid-exec run --model tiny-gpt --pp 2 --gbs 8 --steps 5 --trace measured.json\n"
+        "  simgrid program --model tiny-gpt --pp 2 --vpp 2 --schedule dualpipev --gbs 4 --out p.json && "
+        "simgrid-exec run --program p.json\n"
+        "  simgrid schedule --schedule interleaved-zb --pp 2 --microbatches 4 --format torch-csv --out zb.csv && "
+        "simgrid-exec run --pipeline-csv zb.csv",
+    )
     run.add_argument("--program", help="Program JSON file (from `simgrid program --out`)")
     add_model_layout_args(run, default_model="tiny-gpt")
-    run.add_argument("--steps", type=positive_int, default=1, help="optimizer steps (default 1)")
+    add_pipeline_csv_arg(run)
+    run.add_argument("--steps", type=positive_int, default=1, help="optimizer steps (default 1; the first is warm-up)")
     run.add_argument("--seed", type=int, default=0, help="seed of weights and data (default 0)")
     run.add_argument("--trace", help="write the measured trace (Chrome/Perfetto JSON) here")
     run.add_argument("--timeout", type=positive_number, default=300.0,
                      help="overall deadline in seconds, finite and > 0 (default 300)")
     run.add_argument("--json", action="store_true", help="print a JSON summary")
-    sub.add_parser("doctor", help="check backends, GPUs and the rendezvous address/port, and say what to fix")
-    cal = sub.add_parser("calibrate", help="micro-benchmark this machine and write a cluster profile")
+    sub.add_parser(
+        "doctor", help="check backends, GPUs and the rendezvous address/port, and say what to fix",
+        description="Check that torch.distributed, gloo (and NCCL with GPUs) are usable, that MASTER_ADDR "
+        "resolves and MASTER_PORT is free, and say what to fix for each failed check (exit 1 if any fails).",
+        epilog="example: simgrid-exec doctor", formatter_class=raw)
+    cal = sub.add_parser(
+        "calibrate", help="micro-benchmark this machine and write a cluster profile", formatter_class=raw,
+        description="Measure compute ops at the model's shapes, collectives and send/recv at its message sizes, "
+        "the compute slowdown under communication and the interpreter's own overhead, and write a cluster "
+        "profile with those tables for `simgrid-exec validate` and the simulator. With --device cuda (the "
+        "default when a GPU is visible) measure the GPU instead: GEMMs at the models' shapes, fused attention "
+        "by sequence length, memory-bound kernels, sustained vs burst throughput and launch overhead, fitted "
+        "to the device's datasheet profile (docs/gpu_validation.md).",
+        epilog="examples: simgrid-exec calibrate --out localhost.toml --ranks 2\n"
+        "          simgrid-exec calibrate --device cuda --out h100.toml --bench-json h100.json")
     # small-gpt: a step long enough that compute, not gloo wake-up jitter, decides it (see presets).
     add_model_layout_args(cal, default_model="small-gpt")
     cal.add_argument("--out", default=DEFAULT_PROFILE, help=f"profile path (default {DEFAULT_PROFILE})")
     cal.add_argument("--ranks", type=positive_int, default=2, help="ranks to calibrate for (default 2)")
-    val = sub.add_parser("validate", help="run a layout for real and compare with the simulator's prediction")
+    cal.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                     help="cuda: micro-benchmark this GPU and fit its datasheet profile; cpu: measure gloo ranks "
+                     "in situ on --model; auto (default): cuda when a GPU is visible")
+    cal.add_argument("--models", help="cuda: comma-separated PRESET[:TP] whose shapes are measured (default: "
+                     "gpt3-125m, gpt3-350m, gpt3-1.3b, gpt3-2.7b, llama3-8b, gpt3-175b:8)")
+    cal.add_argument("--sustained-s", type=float, default=60.0,
+                     help="cuda: seconds of the sustained-throughput GEMM run (default 60)")
+    cal.add_argument("--datasheet", help="cuda: cluster profile of this GPU's datasheet when its name has no "
+                     "shipped one (default: chosen from the device name, e.g. H100 -> dgx-h100-ndr)")
+    cal.add_argument("--bench-json", help="cuda: also write every raw measurement here as JSON")
+    val = sub.add_parser(
+        "validate", help="run a layout for real and compare with the simulator's prediction", formatter_class=raw,
+        description="Simulate a layout on a calibrated profile, run it for real, and print predicted vs "
+        "measured step time per op kind, with a check of the numerics against the single-process reference. "
+        "The first real step is warm-up and is left out of the measured time.",
+        epilog="example: simgrid-exec validate --pp 2 --gbs 4 --profile localhost.toml --json")
     add_model_layout_args(val, default_model="small-gpt")
     val.add_argument("--profile", default=DEFAULT_PROFILE, help="calibrated cluster profile (default "
                      f"{DEFAULT_PROFILE}; run `simgrid-exec calibrate` first)")
@@ -79,17 +126,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _model_layout(args: argparse.Namespace) -> tuple[Any, Any]:
+def _model_layout(args: argparse.Namespace, order: Any = None, *, keep_precision: bool = False) -> tuple[Any, Any]:
+    """Model and layout of the flags; computed in fp32 (the CPU executor's precision) unless ``keep_precision``."""
     from executor.validate import fp32
     from simgrid.cli.common import model_layout_from_args
 
-    model, layout = model_layout_from_args(args)
-    return model, fp32(layout)
+    model, layout = model_layout_from_args(args, order=order)
+    return model, layout if keep_precision else fp32(layout)
 
 
 def _run(args: argparse.Namespace) -> int:
+    from executor.devices import default_backend
     from executor.launch import LaunchConfig
     from executor.runner import run_program, validate_or_raise
+    from executor.validate import fp32
+    from simgrid.cli.common import pipeline_order_from_args
     from simgrid.io import atomic_output, check_output_path
     from simgrid.ir.jsonio import load_program
     from simgrid.schedules import build_program
@@ -97,26 +148,37 @@ def _run(args: argparse.Namespace) -> int:
     if args.trace is not None:
         check_output_path(args.trace, flag="--trace")
     if args.program:
+        if args.pipeline_csv:
+            raise SimgridError(f"--program {args.program} carries its own order; drop --pipeline-csv")
         program = load_program(args.program)
     else:
-        model, layout = _model_layout(args)
-        program = build_program(model, layout)
+        order = pipeline_order_from_args(args)
+        # On GPUs (NCCL) the layout's precision is run as it is costed: bf16 autocast over fp32 master weights.
+        model, layout = _model_layout(args, order, keep_precision=True)
+        if default_backend(layout.world_size) != "nccl":
+            layout = fp32(layout)
+        program = build_program(model, layout, order=order)
     validate_or_raise(program)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         return _run_torchrun(program, args)
     world = len(program.ranks)
-    config = LaunchConfig(world_size=world, run_timeout_s=args.timeout)
+    config = LaunchConfig(world_size=world, run_timeout_s=args.timeout, backend=default_backend(world))
     result = run_program(program, steps=args.steps, seed=args.seed, config=config, collect_weights=False)
     if args.trace:
         with atomic_output(args.trace, flag="--trace") as temp:
             result.trace.to_chrome_trace(temp)
+    warmup = 1 if args.steps > 1 else 0  # measured_step_s leaves the first step out when there are others
     summary = {"world_size": world, "steps": args.steps, "losses": result.losses,
-               "step_times_s": result.step_times_s, "measured_step_s": result.measured_step_s}
+               "step_times_s": result.step_times_s, "warmup_steps": warmup, "measured_step_s": result.measured_step_s}
     if args.json:
         print(json.dumps(summary))
     else:
         for i, (loss, t) in enumerate(zip(result.losses, result.step_times_s, strict=True)):
-            print(f"step {i}: loss {loss:.4f}  time {t * 1e3:.2f} ms")
+            mark = "  (warm-up: allocations and connections; not in the step time)" if i < warmup else ""
+            print(f"step {i}: loss {loss:.4f}  time {t * 1e3:.2f} ms{mark}")
+        counted = ("one step, warm-up included" if not warmup else
+                   "step 1, after the warm-up" if args.steps == 2 else f"median of steps 1-{args.steps - 1}")
+        print(f"step time {result.measured_step_s * 1e3:.2f} ms ({counted})")
         if args.trace:
             print(f"trace written to {args.trace} (open in https://ui.perfetto.dev)")
     return 0
@@ -140,8 +202,10 @@ def _run_torchrun(program: Any, args: argparse.Namespace) -> int:
     backend = "nccl" if _cuda_available() else "gloo"
     times = run_under_torchrun(worker, None, program.groups, backend=backend, timeout_s=args.timeout)
     if int(os.environ["RANK"]) == 0:
-        print(json.dumps({"rank": 0, "step_times_s": times}) if args.json else
-              "\n".join(f"step {i}: rank 0 time {t * 1e3:.2f} ms" for i, t in enumerate(times)))
+        print(json.dumps({"rank": 0, "step_times_s": times, "warmup_steps": 1 if len(times) > 1 else 0})
+              if args.json else
+              "\n".join(f"step {i}: rank 0 time {t * 1e3:.2f} ms{'  (warm-up)' if i == 0 and len(times) > 1 else ''}"
+                        for i, t in enumerate(times)))
     return 0
 
 
@@ -209,10 +273,13 @@ def _doctor() -> int:
 
 def _calibrate(args: argparse.Namespace) -> int:
     from executor.calibrate import calibrate
+    from executor.devices import cuda_available
     from simgrid.io import check_output_path
 
     if Path(args.out).parent.exists():  # calibrate creates missing folders; an unusable path fails now
         check_output_path(args.out, flag="--out")
+    if args.device == "cuda" or (args.device == "auto" and cuda_available()):
+        return _calibrate_device(args)
     model, _ = _model_layout(args)
     spec, fit = calibrate(model, world_size=args.ranks, out=args.out)
     measured = spec.measured
@@ -224,6 +291,39 @@ def _calibrate(args: argparse.Namespace) -> int:
           f"{spec.node.gpu.comm_compute_slowdown:.0%}")
     if fit.drift_warning():
         print(f"simgrid-exec: {fit.drift_warning()}", file=sys.stderr)
+    return 0
+
+
+def _calibrate_device(args: argparse.Namespace) -> int:
+    """``calibrate --device cuda``: micro-benchmarks of this GPU fitted to its datasheet profile."""
+    from executor.devicecal import calibrate_device, format_calibration, write_bench_json
+    from executor.devices import cuda_available
+    from simgrid.hardware import write_profile
+    from simgrid.model import get_model
+
+    if not cuda_available():
+        raise SimgridError("calibrate --device cuda needs a CUDA GPU and a CUDA build of torch; none is visible "
+                           "here (use --device cpu to calibrate gloo ranks on this CPU)")
+    if not args.sustained_s > 0:
+        raise SimgridError(f"--sustained-s = {args.sustained_s} must be > 0 seconds")
+    models = None
+    if args.models:
+        models = []
+        for item in args.models.split(","):
+            name, _, tp = item.strip().partition(":")
+            if tp and (not tp.isdigit() or int(tp) < 1):
+                raise SimgridError(f"--models: {item!r} must be PRESET or PRESET:TP with TP a positive integer")
+            models.append((get_model(name), int(tp or 1)))
+    out = args.out
+    cal = calibrate_device(models, out=None, datasheet=args.datasheet, sustained_s=args.sustained_s,
+                           progress=lambda text: print(f"calibrate: {text}", file=sys.stderr, flush=True))
+    if out == DEFAULT_PROFILE:
+        out = f"{cal.spec.name}.toml"
+    write_profile(cal.spec, out)
+    if args.bench_json:
+        write_bench_json(cal.bench, args.bench_json)
+    print(format_calibration(cal))
+    print(f"wrote {out}")
     return 0
 
 

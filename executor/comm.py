@@ -83,6 +83,24 @@ def all_gather_dim0(shard: torch.Tensor, group: Any, size: int) -> tuple[torch.T
     return out, work
 
 
+def all_to_all_rows(rows: torch.Tensor, send_splits: list[int], recv_splits: list[int], group: Any
+                    ) -> tuple[torch.Tensor, Any]:
+    """Asynchronous all-to-all of the rows of ``rows`` (dimension 0) with uneven splits: rows
+    ``send_splits[i]`` go to member ``i``, ``recv_splits[i]`` rows arrive from member ``i`` (gloo and NCCL
+    both implement ``all_to_all_single`` with split sizes); returns (received rows, work)."""
+    out = rows.new_empty((sum(recv_splits), *rows.shape[1:]))
+    work = dist.all_to_all_single(out, rows.contiguous(), recv_splits, send_splits, group=group, async_op=True)
+    return out, work
+
+
+def all_to_all_counts(counts: torch.Tensor, group: Any) -> torch.Tensor:
+    """Synchronous all-to-all of equal slices of an int64 vector (member ``i`` gets slice ``i``): how a MoE
+    dispatcher tells each peer how many tokens it will send for each of the peer's experts."""
+    out = torch.empty_like(counts)
+    dist.all_to_all_single(out, counts.contiguous(), group=group)
+    return out
+
+
 def reduce_scatter_dim0(full: torch.Tensor, group: Any, size: int, index: int, backend: str
                         ) -> tuple[Callable[[], torch.Tensor], Any, str]:
     """Asynchronous reduce-scatter along dimension 0: (result getter, work, note).

@@ -6,7 +6,9 @@ built from the block's cuts exactly as :mod:`simgrid.model.comm` lists Megatron'
 the folding of same-position collectives into one op with ``count > 1``. The micro-batch comes from the
 nearest compute op on the same block and phase (:func:`plan_tp_collectives`). Context parallel (purpose
 ``cp``, same labels): the K/V all-gather, re-gather and dK/dV reduce-scatter of an attention block map
-onto its K/V cut the same way (:mod:`executor.cp`).
+onto its K/V cut the same way (:mod:`executor.cp`). Expert parallel (purpose ``ep``, same labels): the dispatch
+and combine all-to-alls of a MoE block map onto its two cuts (:mod:`executor.moe_layers`), forward in cut
+order, backward in reverse.
 
 The plan is built once from the rank's ops; the handlers of :mod:`executor.handlers.blockcomm` consume it.
 """
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 
 from executor.block import BlockModule
 from executor.cp import CP_KV
+from executor.moe_layers import EP_CUT_KINDS
 from executor.tp import VOCAB_CE
 from simgrid.errors import ProgramError
 from simgrid.ir.ops import Collective, Compute, Op
@@ -47,9 +50,14 @@ class TPPlan:
 
 
 def phase_actions(run_module: BlockModule, phase: str, sequence_parallel: bool, purpose: str = "tp") -> list[Action]:
-    """The ``purpose`` (``tp`` or ``cp``) collectives a block needs in ``phase``, in issue order (Megatron's
-    order for tp, see simgrid.model.comm; Llama 3's K/V gather, re-gather and dK/dV scatter for cp)."""
+    """The ``purpose`` (``tp``, ``cp`` or ``ep``) collectives a block needs in ``phase``, in issue order (Megatron's
+    order for tp, see simgrid.model.comm; Llama 3's K/V gather, re-gather and dK/dV scatter for cp; the
+    dispatch and combine all-to-alls for ep)."""
     cuts = run_module.cuts
+    not_tp = (CP_KV, *EP_CUT_KINDS)
+    if purpose == "ep":
+        ep_cuts = [j for j, c in enumerate(cuts) if c.forward in EP_CUT_KINDS]
+        return [("cut", j, "all_to_all") for j in (ep_cuts if phase in ("fwd", "recompute") else ep_cuts[::-1])]
     if purpose == "cp":
         kv = [j for j, c in enumerate(cuts) if c.forward == CP_KV]
         if phase in ("fwd", "recompute"):
@@ -61,11 +69,11 @@ def phase_actions(run_module: BlockModule, phase: str, sequence_parallel: bool, 
             if c.forward == VOCAB_CE:
                 # Megatron's order: logit max, target logit, sum of exponentials (simgrid.model.comm).
                 out += [(part, j, "all_reduce") for part in CE_PARTS]
-            elif c.forward is not None and c.forward != CP_KV:
+            elif c.forward is not None and c.forward not in not_tp:
                 out.append(("cut", j, c.forward))
         return out
     actions: list[Action] = [("cut", j, c.backward) for j, c in reversed(list(enumerate(cuts)))
-                             if c.backward is not None and c.backward != CP_KV]
+                             if c.backward is not None and c.backward not in not_tp]
     if sequence_parallel and cuts and cuts[0].forward == "all_gather":
         # Megatron re-gathers the sequence-sharded input of the column-parallel linear for the weight
         # gradient, issued together with the output-gradient all-gather, before the backward.
@@ -76,11 +84,11 @@ def phase_actions(run_module: BlockModule, phase: str, sequence_parallel: bool, 
 
 
 def plan_tp_collectives(ops: Sequence[Op]) -> TPPlan:
-    """Anchor every TP and CP collective of a rank's ``ops`` to its block, micro-batch and phase."""
+    """Anchor every TP, CP and EP collective of a rank's ``ops`` to its block, micro-batch and phase."""
     plan = TPPlan()
     computes = [(i, op) for i, op in enumerate(ops) if isinstance(op, Compute) and op.kind != "OPT"]
     for index, op in enumerate(ops):
-        if not (isinstance(op, Collective) and op.purpose in ("tp", "cp")) or SP_GRADS_LABEL.fullmatch(op.label):
+        if not (isinstance(op, Collective) and op.purpose in ("tp", "cp", "ep")) or SP_GRADS_LABEL.fullmatch(op.label):
             continue
         match = re.fullmatch(r"b(\d+):(fwd|bwd|recompute)", op.label)
         if match is None:

@@ -83,6 +83,21 @@ def block_parameters(modules: dict[int, BlockModule], blocks: list[int]) -> list
     return out
 
 
+def is_expert_parameter(module: BlockModule, p: nn.Parameter) -> bool:
+    """Whether ``p`` is one of a MoE block's routed-expert parameters (synced over the expert data-parallel
+    group, in the ``ebucket`` buckets)."""
+    attrs: set[str] = getattr(module, "expert_attrs", set())
+    return any(getattr(module, attr) is p for attr in attrs)
+
+
+def split_parameters(modules: dict[int, BlockModule], blocks: list[int], *, experts: bool
+                     ) -> list[tuple[str, nn.Parameter]]:
+    """Of :func:`block_parameters`, the routed experts' (``experts``) or every other one."""
+    expert_ids = {id(p) for b in blocks if b in modules for _, p in owned_parameters(modules[b])
+                  if is_expert_parameter(modules[b], p)}
+    return [(n, p) for n, p in block_parameters(modules, blocks) if (id(p) in expert_ids) == experts]
+
+
 def used_parameters(module: BlockModule) -> list[tuple[str, nn.Parameter]]:
     """Every parameter a block's compute reads, including a tied weight owned by another block."""
     out = owned_parameters(module)
@@ -95,10 +110,13 @@ class GradBook:
     """Reduced-gradient accumulators, ZeRO shards and optimizer states of this rank's parameters."""
 
     def __init__(self, modules: dict[int, BlockModule], *, dp_size: int, dp_index: int,
-                 optimizer: OptimizerConfig) -> None:
+                 optimizer: OptimizerConfig, expert_dp_size: int = 1, expert_dp_index: int = 0) -> None:
         self.modules = modules
         self.dp_size = dp_size
         self.dp_index = dp_index
+        #: The expert data-parallel group (MoE): routed-expert buckets are ZeRO-sharded over it.
+        self.expert_dp_size = expert_dp_size
+        self.expert_dp_index = expert_dp_index
         self.optimizer = optimizer
         self.reduced: dict[int, torch.Tensor] = {}
         self.states: dict[int, dict[str, torch.Tensor]] = {}
@@ -131,15 +149,17 @@ class GradBook:
 
     # -- ZeRO-1/2 ---------------------------------------------------------------------------------
     def bucket(self, key: tuple[int, int], named: list[tuple[str, nn.Parameter]]) -> BucketShard:
-        """The (lazily created) shard state of bucket ``key = (stage, index)``."""
+        """The (lazily created) shard state of bucket ``key = (stage, index)``; a routed-expert bucket has key
+        ``(stage, -1 - index)`` and is sharded over the expert data-parallel group."""
         found = self.buckets.get(key)
         if found is None:
             params = [p for _, p in named]
-            flat = flatten([p.detach() for p in params], pad_to=self.dp_size)
-            step = flat.numel() // self.dp_size
-            start, stop = self.dp_index * step, (self.dp_index + 1) * step
+            size, index = (self.expert_dp_size, self.expert_dp_index) if key[1] < 0 else (self.dp_size, self.dp_index)
+            flat = flatten([p.detach() for p in params], pad_to=size)
+            step = flat.numel() // size
+            start, stop = index * step, (index + 1) * step
             found = BucketShard(names=[n for n, _ in named], params=params, padded=flat.numel(), start=start,
-                                stop=stop, master=flat[start:stop].clone(), grad=torch.zeros(stop - start))
+                                stop=stop, master=flat[start:stop].clone(), grad=flat.new_zeros(stop - start))
             self.buckets[key] = found
         return found
 
@@ -166,16 +186,20 @@ class GradBook:
                 shard = flat[self.dp_index * step: (self.dp_index + 1) * step].clone()
                 self.zero3[id(p)] = ParamShard(name=name, param=p, shape=p.shape, numel=p.numel(), shard=shard,
                                                grad=torch.zeros_like(shard))
-                p.data = torch.empty(0)
+                p.data = p.data.new_empty(0)  # on the parameter's device, so a later gather lands there
 
     def zero3_params(self, block: int) -> list[ParamShard]:
         """ZeRO-3 shards of every parameter block ``block`` reads (a tied head weight included)."""
         return [self.zero3[id(p)] for _, p in used_parameters(self.modules[block]) if id(p) in self.zero3]
 
     # -- optimizer --------------------------------------------------------------------------------
-    def step_unsharded(self, blocks: list[int], step: int, *, host: bool = False) -> None:
-        """Adam/SGD on full parameters owned by ``blocks`` (DP, parameter-server root, offload on host)."""
+    def step_unsharded(self, blocks: list[int], step: int, *, host: bool = False,
+                       skip: set[int] | None = None) -> None:
+        """Adam/SGD on full parameters owned by ``blocks`` (DP, parameter-server root, offload on host), but
+        not those whose ids are in ``skip`` (updated by their ZeRO bucket shard)."""
         for _, p in block_parameters(self.modules, blocks):
+            if skip is not None and id(p) in skip:
+                continue
             state = self.states.setdefault(id(p), {})
             if host:
                 optimizer_step(self.host_params[id(p)], self.host_grads[id(p)], state, self.optimizer, step)

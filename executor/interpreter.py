@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from executor.comm import Pending
-from executor.handlers import blockcomm, compute, gradsync, memory, optimizer, p2p, sync
+from executor.handlers import blockcomm, compute, experts, gradsync, memory, optimizer, p2p, sync
 from executor.launch import RankContext
 from executor.optim import OptimizerConfig
 from executor.recorder import DEFERRED_NOTE, WAIT_ROW_MIN_S, StepResult
@@ -50,6 +50,7 @@ HANDLERS: Mapping[str, Handler] = {
     # Collectives, by purpose.
     "collective:tp": blockcomm.tensor_parallel,
     "collective:cp": blockcomm.context_parallel,
+    "collective:ep": experts.expert_parallel,
     "collective:dp-grad": gradsync.data_parallel,
     "collective:zero-grad": gradsync.data_parallel,
     "collective:zero-param": gradsync.data_parallel,
@@ -92,8 +93,10 @@ class RankInterpreter(RankState):
     """Executes ``program.ranks[ctx.rank]`` step after step on a real process group."""
 
     def __init__(self, ctx: RankContext, program: Program, *, seed: int = 0,
-                 optimizer: OptimizerConfig | None = None, backend: str = "gloo") -> None:
-        super().__init__(ctx, program, seed=seed, optimizer=optimizer, backend=backend)
+                 optimizer: OptimizerConfig | None = None, backend: str = "gloo",
+                 mixed_precision: bool | None = None) -> None:
+        super().__init__(ctx, program, seed=seed, optimizer=optimizer, backend=backend,
+                         mixed_precision=mixed_precision)
         #: This interpreter's copy of :data:`HANDLERS` (calibration wraps one entry to time it).
         self.handlers: dict[str, Handler] = dict(HANDLERS)
         #: Test-only fault injection: (op index, "exit" | "hang").

@@ -223,7 +223,9 @@ class HeadBlock(BlockModule):
         if j == 0:
             return self._norm(run.block_input)
         if j == 1:
-            return F.linear(run.leaf(0), self.head_weight)  # [s, b, V/tp] logits of this rank's vocabulary
+            # [s, b, V/tp] logits of this rank's vocabulary, in fp32 under bf16 autocast: the cross entropy's
+            # exp and sums run in fp32, as Megatron-LM's does (``fp16_lm_cross_entropy`` off by default).
+            return F.linear(run.leaf(0), self.head_weight).float()
         stats = run.cut_values[1]
         if run.targets is None or stats is None:
             raise LayoutError("executor: the head needs targets and the reduced logit statistics")

@@ -1,7 +1,10 @@
 """What one rank measures in a step: timed :class:`simgrid.trace.TraceRow` rows, losses and the IR's memory peak.
 
 Compute ops are timed from issue to end; communication from issue to observed completion; a WAIT gets a
-row when the compute stream really blocked. A segment that runs outside any compute op (at a send, a
+row when the compute stream really blocked. Rows are built from timer marks only when the step ends
+(:meth:`StepRecorder.resolve_rows`): on CUDA a mark is an event the GPU has not reached yet when it is taken,
+and reading it at once would make the host wait for the GPU after every op, so the host could never queue
+work ahead of the GPU as it does in a real training step. A segment that runs outside any compute op (at a send, a
 gradient synchronisation, a tensor-parallel collective's issue or a ZeRO-3 FREE) gets a row of its own on
 the compute stream, at the time it really ran, carrying the kind, stage and micro-batch of the compute op
 it belongs to (:meth:`StepRecorder.deferred_segments`); segments run inside a compute op are in that op's
@@ -10,7 +13,7 @@ row already.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +32,9 @@ DEFERRED_NOTE = "deferred segment"
 
 WAIT_ROW_MIN_S = 20e-6
 """A WAIT that blocked less than this gets no trace row (host-clock noise)."""
+
+RowBuilder = Callable[[float, float], TraceRow | None]
+"""Builds a trace row from its start and end in seconds from the step start (None: no row)."""
 
 
 @dataclass
@@ -63,12 +69,27 @@ class StepRecorder:
         self.in_compute = False
         #: (block, micro-batch, "fwd" | "bwd") -> index of the compute op whose segments the run holds.
         self.segment_owner: dict[tuple[int, int, str], int] = {}
+        #: Rows of this step not built yet: (start mark, end mark, builder from their seconds).
+        self.unresolved: list[tuple[Any, Any, RowBuilder]] = []
+
+    def add_row(self, start: Any, end: Any, build: RowBuilder) -> None:
+        """A row built from the seconds of two timer marks when the step ends (``build`` may return None:
+        no row)."""
+        self.unresolved.append((start, end, build))
+
+    def resolve_rows(self) -> None:
+        """Build the step's rows, in the order they were added, from their marks (one device sync on CUDA)."""
+        self.timer.resolve()
+        for start, end, build in self.unresolved:
+            row = build(self.timer.seconds(start), self.timer.seconds(end))
+            if row is not None:
+                self.result.rows.append(row)
+        self.unresolved = []
 
     def row(self, op: Op, start: Any, end: Any, text: str, *, note: str = "") -> None:
         """A row for ``op`` between two timer marks."""
-        row = row_for_op(self.rank, op, self.timer.seconds(start), self.timer.seconds(end),
-                         text=text + (f"  # {note}" if note else ""))
-        self.result.rows.append(row)
+        full = text + (f"  # {note}" if note else "")
+        self.add_row(start, end, lambda s, e: row_for_op(self.rank, op, s, e, text=full))
 
     @contextmanager
     def deferred_segments(self, run: BlockRun, phase: str) -> Iterator[None]:
@@ -98,15 +119,15 @@ class StepRecorder:
         owner = self.segment_owner.get((block, mb, phase))
         if owner is None:  # no compute op reached the cut yet: named by the block, kind from the phase
             kind = "F" if phase == "fwd" else run.bwd_mode or "B"
-            self.result.rows.append(TraceRow(
+            stage = self.stage_of.get(block, -1)
+            self.add_row(start, end, lambda s, e: TraceRow(
                 self.rank, "compute", f"{kind} b{block} m{mb}  # {DEFERRED_NOTE}, {where}", kind, "compute",
-                self.timer.seconds(start), self.timer.seconds(end), 0, 0.0, self.stage_of.get(block, -1), mb))
+                s, e, 0, 0.0, stage, mb))
             return
         # No FLOPs: the op's own row carries all of them (metrics sum row FLOPs; counting them twice
         # would inflate the hardware FLOP rate).
-        row = row_for_op(self.rank, self.ops[owner], self.timer.seconds(start), self.timer.seconds(end),
-                         text=f"{self.texts[owner]}  # {DEFERRED_NOTE}, {where}")
-        self.result.rows.append(row._replace(flops=0.0))
+        op, text = self.ops[owner], f"{self.texts[owner]}  # {DEFERRED_NOTE}, {where}"
+        self.add_row(start, end, lambda s, e: row_for_op(self.rank, op, s, e, text=text)._replace(flops=0.0))
 
 
 def _progress(run: BlockRun, phase: str) -> int:

@@ -19,15 +19,22 @@ import torch
 import torch.distributed as dist
 
 from executor.comm import all_gather_single
+from executor.devices import peak_memory_bytes, reset_peak_memory
 from executor.interpreter import RankInterpreter
 from executor.launch import LaunchConfig, RankContext, spawn_world
 from executor.model import owned_parameters, shard_dim
 from executor.optim import OptimizerConfig, optimizer_for
 from executor.tp import unshard
-from simgrid.errors import ProgramError
+from simgrid.errors import LayoutError, ProgramError
 from simgrid.ir.jsonio import program_from_json, program_to_json
 from simgrid.ir.program import Program
+from simgrid.layout.spec import Layout
+from simgrid.model.spec import ModelSpec
 from simgrid.trace import Trace, TraceRow
+
+EXPERT_WEIGHT = ".moe.experts."
+"""Infix of a routed expert's weight names (:mod:`executor.weights`): under expert parallelism each rank holds
+whole experts of its own, so they are collected from whichever rank holds them, not by tensor-parallel shard."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,6 +53,9 @@ class Job:
     """Return the updated weights (tiny models; skip for timing runs)."""
     fault: tuple[int, int, str] | None = None
     """Fault injection for tests: (rank, op index, ``exit`` or ``hang``) makes that rank die or stall there."""
+    mixed_precision: bool | None = None
+    """bf16 autocast over fp32 master weights when the layout's precision is bf16: None on CUDA only, True
+    on any device, False never (:func:`executor.precision.compute_dtype`)."""
 
 
 @dataclass(kw_only=True)
@@ -62,6 +72,9 @@ class RunResult:
     """Rows of the last step, every rank."""
     peak_ir_bytes: list[int] = field(default_factory=list)
     """Per rank: the peak of the IR's declared live bytes."""
+    peak_device_bytes: list[int] = field(default_factory=list)
+    """Per rank on CUDA: the allocator's peak of allocated bytes over the run (``torch.cuda.max_memory_allocated``);
+    0 on CPU."""
 
     @property
     def measured_step_s(self) -> float:
@@ -85,12 +98,37 @@ def validate_or_raise(program: Program) -> None:
     if program.model is None or program.layout is None:
         raise ProgramError("executor: the program must carry its model and layout (use build_program)")
     optimizer_for(program.layout.optimizer)  # an optimizer the executor cannot run is refused before launch
+    check_experts_supported(program.model, program.layout)
+
+
+def check_experts_supported(model: ModelSpec, layout: Layout) -> None:
+    """Refuse, before launch, the MoE settings the executor does not run (the simulator models them)."""
+    moe = model.moe
+    if moe is None:
+        return
+    if layout.expert_tp > 1:
+        raise LayoutError(
+            f"executor: expert tensor parallelism (etp = {layout.expert_tp}) is not implemented; run etp = 1 "
+            "(etp defaults to tp: pass --etp 1 with tp > 1)"
+        )
+    if moe.capacity_factor is not None:
+        raise LayoutError(
+            f"executor: capacity_factor = {moe.capacity_factor} (token dropping) is not implemented; the executor "
+            "runs dropless routing (capacity_factor None)"
+        )
+    if moe.shared_expert_ffn_hidden_size and layout.tp > 1:
+        raise LayoutError(
+            "executor: a shared expert with tp > 1 is not implemented (it would need tensor-parallel cuts inside "
+            "the MoE block); use tp = 1 or a model without shared experts"
+        )
 
 
 def run_program(program: Program, *, steps: int = 1, seed: int = 0, optimizer: OptimizerConfig | None = None,
-                config: LaunchConfig | None = None, collect_weights: bool = True) -> RunResult:
+                config: LaunchConfig | None = None, collect_weights: bool = True,
+                mixed_precision: bool | None = None) -> RunResult:
     """Validate, launch ``len(program.ranks)`` processes and run ``steps`` steps of ``program``."""
-    job = Job(program=program, steps=steps, seed=seed, optimizer=optimizer, collect_weights=collect_weights)
+    job = Job(program=program, steps=steps, seed=seed, optimizer=optimizer, collect_weights=collect_weights,
+              mixed_precision=mixed_precision)
     return run_programs([job], config=config)[0]
 
 
@@ -103,8 +141,8 @@ def run_programs(jobs: list[Job], *, config: LaunchConfig | None = None) -> list
         validate_or_raise(job.program)
         if len(job.program.ranks) != world:
             raise ProgramError(f"run_programs: all programs need {world} ranks; one has {len(job.program.ranks)}")
-    payload = [(program_to_json(j.program, indent=None), j.steps, j.seed, j.optimizer, j.collect_weights, j.fault)
-               for j in jobs]
+    payload = [(program_to_json(j.program, indent=None), j.steps, j.seed, j.optimizer, j.collect_weights, j.fault,
+                j.mixed_precision) for j in jobs]
     config = config or LaunchConfig(world_size=world)
     per_rank = spawn_world(_worker, payload, config)
     return [_assemble(i, jobs[i], [rank_out[i] for rank_out in per_rank]) for i in range(len(jobs))]
@@ -112,11 +150,13 @@ def run_programs(jobs: list[Job], *, config: LaunchConfig | None = None) -> list
 
 def _worker(ctx: RankContext, payload: list[tuple[Any, ...]]) -> list[Any]:
     outputs = []
-    for index, (text, steps, seed, optimizer, collect, fault) in enumerate(payload):
+    for index, (text, steps, seed, optimizer, collect, fault, mixed) in enumerate(payload):
         program = program_from_json(text, source=f"job {index}")
         _make_groups(ctx, program)
         backend = dist.get_backend()
-        interp = RankInterpreter(ctx, program, seed=seed, optimizer=optimizer, backend=str(backend))
+        reset_peak_memory(ctx.device)
+        interp = RankInterpreter(ctx, program, seed=seed, optimizer=optimizer, backend=str(backend),
+                                 mixed_precision=mixed)
         if fault is not None and fault[0] == ctx.rank:
             interp.fault = (fault[1], fault[2])
         losses, times, rows, peak = [], [], [], 0
@@ -130,7 +170,8 @@ def _worker(ctx: RankContext, payload: list[tuple[Any, ...]]) -> list[Any]:
         weights = _local_weights(ctx, interp) if collect else {}
         coord = interp.coord
         outputs.append({"losses": losses, "times": times, "rows": rows, "weights": weights, "peak": peak,
-                        "coord": (coord.pp, coord.dp, coord.tp, coord.cp or 0)})
+                        "coord": (coord.pp, coord.dp, coord.tp, coord.cp or 0),
+                        "device_peak": peak_memory_bytes(ctx.device)})
     return outputs
 
 
@@ -155,7 +196,7 @@ def _local_weights(ctx: RankContext, interp: RankInterpreter) -> dict[str, tuple
     if book.zero3:
         group = ctx.groups[interp.mesh.dp_group_name(interp.coord)]
         for shard in book.zero3.values():
-            full = torch.empty(shard.shard.numel() * interp.layout.grad_sync_size)
+            full = shard.shard.new_empty(shard.shard.numel() * interp.layout.grad_sync_size)
             all_gather_single(full, shard.shard, group)
             shard.param.data = full[: shard.numel].view(shard.shape).clone()
     out: dict[str, tuple[np.ndarray, int | None]] = {}
@@ -188,9 +229,14 @@ def _assemble(index: int, job: Job, ranks: list[dict[str, Any]]) -> RunResult:
         pieces: dict[str, dict[int, tuple[int, np.ndarray, int | None]]] = {}
         for out in ranks:
             pp, d, t, c = out["coord"]
+            for name, (arr, _) in out["weights"].items():
+                if EXPERT_WEIGHT in name:  # a routed expert is whole on each rank holding it (etp = 1)
+                    weights.setdefault(name, torch.from_numpy(arr))
             if d != 0 or c != 0:  # replicas and context-parallel ranks hold the same weights
                 continue
             for name, (arr, dim) in out["weights"].items():
+                if EXPERT_WEIGHT in name:
+                    continue
                 slot = pieces.setdefault(name, {})
                 if t not in slot or pp < slot[t][0]:
                     slot[t] = (pp, arr, dim)
@@ -200,7 +246,8 @@ def _assemble(index: int, job: Job, ranks: list[dict[str, Any]]) -> RunResult:
     rows = [TraceRow(*r) for out in ranks for r in out["rows"]]
     trace = Trace.from_rows(rows, meta={"source": "executor", "world_size": len(ranks), "steps": job.steps})
     return RunResult(losses=losses, step_times_s=times, weights=weights, trace=trace,
-                     peak_ir_bytes=[out["peak"] for out in ranks])
+                     peak_ir_bytes=[out["peak"] for out in ranks],
+                     peak_device_bytes=[out.get("device_peak", 0) for out in ranks])
 
 
 def max_relative_error(weights: dict[str, torch.Tensor], reference: dict[str, torch.Tensor]) -> tuple[float, str]:

@@ -27,26 +27,30 @@ from executor.cutplan import TPPlan, plan_tp_collectives
 from executor.data import global_batch, microbatch
 from executor.grads import GradBook
 from executor.launch import RankContext
-from executor.model import BlockModule, build_blocks, head_index, init_weights
+from executor.model import BlockModule, EPContext, build_blocks, head_index, init_weights
 from executor.optim import OptimizerConfig, optimizer_for
+from executor.precision import compute_dtype
 from executor.recorder import StepRecorder, StepResult
 from executor.tp import TPContext
 from simgrid.errors import ProgramError
 from simgrid.ir.ops import Collective, Compute, Op
 from simgrid.ir.program import Program
+from simgrid.layout.experts import expert_coords
 from simgrid.layout.mesh import Mesh
 from simgrid.model.blocks import stage_blocks
 
-SP_PARTIAL_PARAMS = ("norm_weight", "norm_bias", "o_bias", "fc2_bias", "wpe")
+SP_PARTIAL_PARAMS = ("norm_weight", "norm_bias", "o_bias", "fc2_bias", "wpe", "router_weight", "shared_gate_weight")
 """Replicated parameters whose gradients are partial over the tensor-parallel group under sequence
-parallelism (computed from a sequence shard); the program's ``s<stage>:sp-grads`` all-reduce sums them."""
+parallelism (computed from a sequence shard); the program's ``s<stage>:sp-grads`` all-reduce sums them. A MoE
+block's router (and shared-expert gate) routes the rank's sequence shard, so it is one of them."""
 
 
 class RankState(StepRecorder):
     """``program.ranks[ctx.rank]``'s blocks, gradients and in-flight work on a real process group."""
 
     def __init__(self, ctx: RankContext, program: Program, *, seed: int = 0,
-                 optimizer: OptimizerConfig | None = None, backend: str = "gloo") -> None:
+                 optimizer: OptimizerConfig | None = None, backend: str = "gloo",
+                 mixed_precision: bool | None = None) -> None:
         if program.model is None or program.layout is None:
             raise ProgramError("executor: the program carries no model or layout; build it with build_program")
         ops = program.ranks[ctx.rank]
@@ -69,15 +73,22 @@ class RankState(StepRecorder):
         #: Global positions of this rank's tokens under context parallelism (None: the whole sequence).
         self.positions = self.cp.positions(spec.seq_length).to(ctx.device) if self.cp.size > 1 else None
         self.head = head_index(spec)
+        expert = expert_coords(layout, ctx.rank)
+        #: This rank's expert-parallel place (MoE parallel folding, simgrid.layout.experts).
+        self.ep = EPContext(size=layout.ep, rank=expert.ep) if spec.moe is not None else EPContext()
         self.modules: dict[int, BlockModule] = build_blocks(
             spec, sorted(stage_of), init_weights(spec, seed), self.tp,
-            flash_attention=layout.flash_attention, cp=self.cp)
+            flash_attention=layout.flash_attention, cp=self.cp, ep=self.ep)
+        #: Autocast dtype of the forward (None: fp32), see :func:`executor.precision.compute_dtype`.
+        self.compute_dtype = compute_dtype(layout.precision, ctx.device, mixed_precision=mixed_precision)
         for module in self.modules.values():
             module.to(ctx.device)
+            module.compute_dtype = self.compute_dtype
         # The data-parallel group spans dp * cp ranks (context-parallel ranks hold the same parameters).
         self.book = GradBook(self.modules, dp_size=layout.grad_sync_size,
                              dp_index=self.mesh.dp_group(ctx.rank).index(ctx.rank),
-                             optimizer=optimizer or optimizer_for(layout.optimizer))
+                             optimizer=optimizer or optimizer_for(layout.optimizer),
+                             expert_dp_size=layout.edp, expert_dp_index=expert.edp)
         if layout.zero == 3:
             self.book.shard_zero3()
         #: (block, micro-batch) whose forward runs without a graph (an R op rebuilds it).
@@ -88,7 +99,9 @@ class RankState(StepRecorder):
                           if self.tp.sequence_parallel and name in SP_PARTIAL_PARAMS}
         self.tp_plan: TPPlan = plan_tp_collectives(self.ops)
         self.step_index = 0
-        self.tokens = torch.zeros(0)
+        self.tokens = torch.zeros(0, device=ctx.device)
+        #: Micro-batch -> loss tensor of this step (read into ``result.losses`` at the end of the step).
+        self.loss_values: dict[int, torch.Tensor] = {}
         #: (block, micro-batch) -> its autograd run in this step.
         self.runs: dict[tuple[int, int], BlockRun] = {}
         #: (stage, micro-batch, "F" | "B") -> a received pipeline tensor not yet used.
@@ -97,7 +110,7 @@ class RankState(StepRecorder):
         self.pending: dict[str, tuple[Op, Pending]] = {}
         #: Block -> ZeRO-3 gathers of its parameters not yet freed; FREE name -> block gathered under it.
         self.zero3_live: dict[int, int] = {}
-        self.zero3_handles: dict[str, int] = {}
+        self.zero3_handles: dict[str, tuple[int, ...]] = {}
         #: Live bytes of the IR's ALLOCs; ALLOC name -> bytes.
         self.live_bytes = 0
         self.alloc_sizes: dict[str, int] = {}
@@ -108,6 +121,7 @@ class RankState(StepRecorder):
         self.step_index = step
         self.tokens = global_batch(self.spec, self.layout, self.seed, step).to(self.ctx.device)
         self.result = StepResult()
+        self.loss_values = {}
         self.live_bytes = 0
         self.tp_plan.cursor.clear()
         self.segment_owner.clear()
@@ -121,6 +135,8 @@ class RankState(StepRecorder):
         self.runs.clear()
         if self.inbox:
             raise ProgramError(f"rank {self.rank}: received tensors never used: {sorted(self.inbox)}")
+        self.result.losses = {mb: float(loss) for mb, loss in sorted(self.loss_values.items())}
+        self.resolve_rows()
         rows = self.result.rows
         self.result.step_s = max((r.end_s for r in rows), default=0.0)
         return self.result
@@ -166,8 +182,9 @@ class RankState(StepRecorder):
         if cut is not None:
             raise ProgramError(f"block {run.module.index} micro-batch {run.microbatch}: its output is needed but "
                                f"the forward collective of cut {cut} has not been waited")
-        if run.module.index == self.head and run.microbatch not in self.result.losses:
-            self.result.losses[run.microbatch] = float(run.output.detach())
+        if run.module.index == self.head and run.microbatch not in self.loss_values:
+            # Kept as a tensor until the step ends: reading it now would make the host wait for the GPU.
+            self.loss_values[run.microbatch] = run.output.detach()
         return run
 
     def backward_run(self, block: int, mb: int, mode: str) -> int | None:

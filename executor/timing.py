@@ -1,7 +1,9 @@
 """One timer interface for both devices: host clock on CPU, CUDA events on GPU.
 
 A *mark* is taken when an op starts or ends; marks are resolved to seconds from the step's origin only at
-the end of the step, so CUDA events never force a synchronisation in the middle of a schedule.
+the end of the step (:meth:`HostTimer.resolve`, then :meth:`HostTimer.seconds`), so CUDA events never force
+a synchronisation in the middle of a schedule: the host keeps queueing kernels ahead of the GPU, and an
+event's time is when the GPU reached that point of the stream.
 """
 
 from __future__ import annotations
@@ -30,13 +32,21 @@ class HostTimer:
         """A mark from a host ``perf_counter`` value (e.g. a communication completion)."""
         return seconds
 
+    def resolve(self) -> None:
+        """Make every mark taken so far readable (nothing to do for host marks)."""
+
     def seconds(self, mark: Any) -> float:
         """Seconds from the step origin to ``mark``."""
         return float(mark) - self.origin
 
 
 class CudaTimer(HostTimer):
-    """CUDA events on the current stream for compute; host values for communication completions."""
+    """CUDA events on the current stream for compute; host values for communication completions.
+
+    The host origin and the origin event are taken together after a device synchronisation, so host
+    marks (communication completions observed by polling) and event marks share one time axis to within
+    the launch latency of the origin event.
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -52,10 +62,14 @@ class CudaTimer(HostTimer):
         event.record()
         return event
 
+    def resolve(self) -> None:
+        """One device synchronisation: every event recorded so far has completed afterwards."""
+        torch.cuda.synchronize()
+
     def seconds(self, mark: Any) -> float:
         if isinstance(mark, float):
             return mark - self.origin
-        mark.synchronize()
+        mark.synchronize()  # free after resolve(); keeps a single read correct without it
         return float(self._origin_event.elapsed_time(mark)) / 1000.0
 
 

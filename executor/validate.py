@@ -17,6 +17,7 @@ from typing import Any
 
 from executor.calibrate import PROBE_KEY, measure_probe
 from executor.costmodel import MeasuredCostModel
+from executor.devicefit import has_device_rows
 from executor.launch import LaunchConfig
 from executor.reference import reference_training
 from executor.runner import RunResult, run_program
@@ -115,8 +116,9 @@ def validate_layout(model: ModelSpec, layout: Layout, *, profile: str | Path, st
     ref = reference_training(model, layout, seed=seed, steps=steps)
     weights_error = weights_relative_error(run, ref.weights)
     losses_ok = all(abs(a - b) <= NUMERICS_TOLERANCE * abs(b) for a, b in zip(run.losses, ref.losses, strict=True))
-    if measured_tables is not None and measured_tables.compute:
+    if measured_tables is not None and measured_tables.compute and not has_device_rows(measured_tables):
         # Calibrated on this machine: cost ops from the measured tables, interpreter host work included.
+        # (A GPU calibration's tables hold micro-benchmarks, not ops: its fitted roofline prices the ops.)
         cost, simulated = MeasuredCostModel.for_program(cluster.spec, program)
         speeds = {r: host_speed if correct_host_speed else 1.0 for r in range(layout.world_size)}
         engine = simulate_program(simulated, cluster, mode="full", cost_model=cost, speed_factors=speeds)
@@ -137,7 +139,7 @@ def validate_layout(model: ModelSpec, layout: Layout, *, profile: str | Path, st
 def format_report(name: str, report: ValidationReport) -> str:
     """Human-readable predicted-vs-measured table of one layout."""
     lines = [f"{name}: predicted {report.predicted_step_s * 1e3:.2f} ms, measured "
-             f"{report.measured_step_s * 1e3:.2f} ms, error {report.error:+.1%}, numerics "
+             f"{report.measured_step_s * 1e3:.2f} ms (median after the warm-up step), error {report.error:+.1%}, numerics "
              f"{'match' if report.numerics_match else 'MISMATCH'} (weights rel. error {report.weights_error:.1e})",
              f"  {'op kind':<16}{'predicted ms':>14}{'measured ms':>14}{'error':>9}"]
     for kind, (pred, meas) in report.per_kind.items():

@@ -1,25 +1,35 @@
 """Write the example notebooks (``notebooks/*.ipynb``) from their sources in ``notebooks/sources/*.py``.
 
 Each source is a plain Python file in the "percent" cell format (as jupytext and VS Code read it), so
-the notebooks are reviewed as Python and committed without outputs:
+the notebooks are reviewed as Python; the committed ``.ipynb`` files are those sources executed top to
+bottom, outputs included, so readers on GitHub see the tables and figures:
 
 * ``# %%`` starts a code cell; ``# %% [markdown]`` starts a markdown cell whose lines are comments
   (``# `` is stripped);
 * an IPython magic is written as a comment (``# %matplotlib inline``) so the source stays valid Python,
   and becomes the magic again in the notebook.
 
-``tests/notebooks/test_notebooks_execute.py`` executes every notebook (so they cannot rot) and checks
-that the committed ``.ipynb`` files match their sources. After editing a source, run::
+``tests/notebooks/test_notebooks_execute.py`` executes every notebook again (so they cannot rot) and
+checks that the committed ``.ipynb`` files hold exactly their sources' cells, executed in order. After
+editing a source, run::
 
-    python notebooks/build_notebooks.py            # rewrite the .ipynb files
-    python notebooks/build_notebooks.py --check    # exit 1 if a committed notebook is out of date
+    python notebooks/build_notebooks.py                 # execute the sources and write the .ipynb files
+    python notebooks/build_notebooks.py quickstart      # only some of them
+    python notebooks/build_notebooks.py --no-execute    # cells only, no outputs (fast; the check still fails)
+    python notebooks/build_notebooks.py --check         # exit 1 if a committed notebook is out of date
+
+Executing runs each notebook in a temporary directory (what it writes stays out of the repository) with
+the Agg backend; timings and cell metadata that change every run are dropped so rebuilds diff cleanly.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import nbformat
@@ -37,7 +47,9 @@ NOTEBOOK_NAMES = (
     "memory_and_zero",
     "communication",
     "zero3_vs_3d",
+    "moe",
     "predicted_vs_measured",
+    "serving",
 )
 
 _CELL_MARKER = re.compile(r"^# %%( \[markdown\])?\s*$")
@@ -81,29 +93,73 @@ def build_notebook(name: str) -> NotebookNode:
 
 
 def render(name: str) -> str:
-    """The exact file text of notebook ``name`` (``<name>.ipynb``)."""
+    """The file text of notebook ``name`` without outputs (what its executed file reduces to)."""
     return nbformat.writes(build_notebook(name)) + "\n"
 
 
+def without_outputs(nb: NotebookNode) -> NotebookNode:
+    """A copy of ``nb`` with outputs, execution counts, cell metadata and kernel details removed."""
+    bare = copy.deepcopy(nb)
+    bare.metadata = nbformat.from_dict({"kernelspec": dict(KERNEL), "language_info": {"name": "python"}})
+    for cell in bare.cells:
+        cell.metadata = nbformat.from_dict({})
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    return bare
+
+
+def matches_source(text: str, name: str) -> bool:
+    """Whether a notebook file holds exactly the cells of source ``name`` (outputs aside)."""
+    return nbformat.writes(without_outputs(nbformat.reads(text, as_version=4))) + "\n" == render(name)
+
+
+def execute(name: str, cell_timeout_s: int = 600) -> str:
+    """Notebook ``name`` built from its source and run top to bottom in a temporary directory, as file text."""
+    from nbclient import NotebookClient
+
+    nb = build_notebook(name)
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    with tempfile.TemporaryDirectory() as workdir:
+        NotebookClient(nb, timeout=cell_timeout_s, kernel_name="python3", record_timing=False,
+                       resources={"metadata": {"path": workdir}}).execute()
+    nb.metadata["language_info"] = {"name": "python"}  # the kernel's version details would churn every rebuild
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+    nbformat.validate(nb)
+    return nbformat.writes(nb) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Write notebooks/*.ipynb from notebooks/sources/*.py.")
-    parser.add_argument("--check", action="store_true", help="exit 1 if a committed notebook differs from its source")
+    parser = argparse.ArgumentParser(description="Write notebooks/*.ipynb (executed) from notebooks/sources/*.py.")
+    parser.add_argument("names", nargs="*", help=f"notebooks to build (default: all of {', '.join(NOTEBOOK_NAMES)})")
+    parser.add_argument("--check", action="store_true",
+                        help="exit 1 if a committed notebook's cells differ from its source or it has no outputs")
+    parser.add_argument("--no-execute", action="store_true", help="write the cells without running them")
     parser.add_argument("--out", type=Path, default=NOTEBOOK_DIR, help="directory to write to (default: notebooks/)")
     args = parser.parse_args(argv)
+    unknown = sorted(set(args.names) - set(NOTEBOOK_NAMES))
+    if unknown:
+        parser.error(f"unknown notebook(s) {', '.join(unknown)}; known: {', '.join(NOTEBOOK_NAMES)}")
     stale = []
-    for name in NOTEBOOK_NAMES:
+    for name in args.names or NOTEBOOK_NAMES:
         path = args.out / f"{name}.ipynb"
-        text = render(name)
         if args.check:
-            if not path.exists() or path.read_text() != text:
+            if not path.exists() or not matches_source(path.read_text(), name) or not executed_in_order(path.read_text()):
                 stale.append(path.name)
-        else:
-            path.write_text(text)
-            print(f"wrote {path}")
+            continue
+        path.write_text(render(name) if args.no_execute else execute(name))
+        print(f"wrote {path}")
     if stale:
         print(f"out of date (run python notebooks/build_notebooks.py): {', '.join(stale)}", file=sys.stderr)
         return 1
     return 0
+
+
+def executed_in_order(text: str) -> bool:
+    """Every code cell ran, once, top to bottom (execution counts 1, 2, 3, ...)."""
+    counts = [cell.execution_count for cell in nbformat.reads(text, as_version=4).cells if cell.cell_type == "code"]
+    return counts == list(range(1, len(counts) + 1))
 
 
 if __name__ == "__main__":

@@ -22,14 +22,21 @@ Definitions (every average over ranks weights a traced rank by the number of ran
   not communication), summed per kind, then averaged over ranks. Kinds follow
   :data:`simgrid.trace.PURPOSE_TO_COMM_KIND` (SEND/RECV and the tied-embedding sync are pp).
 * link utilisation (flow mode): bytes a link carried / (its bandwidth x step time).
+
+A trace from :func:`simgrid.simulate` carries the run it measures in ``meta`` (``model``, ``layout``,
+``cluster``, ``metrics_inputs``), so :func:`metrics_from_trace` recomputes the same :class:`Metrics` from
+a saved file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from simgrid.errors import SimgridError
+from simgrid.memory.headroom import DEFAULT_HEADROOM, MemoryHeadroom
 from simgrid.trace import Trace, comm_kind
 
 if TYPE_CHECKING:
@@ -39,7 +46,7 @@ if TYPE_CHECKING:
 PIPELINE_KINDS = frozenset({"F", "B", "I", "W", "R"})
 """Compute kinds that make up the pipeline (everything but the optimizer step)."""
 
-COMM_KINDS = ("tp", "cp", "pp", "dp")
+COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,11 +74,16 @@ class Metrics:
     memory_capacity_bytes: int
     """Device memory of one GPU."""
     fits: bool
-    """Every rank's peak is within capacity."""
+    """Every rank's peak is within capacity less ``memory_reserved_bytes``."""
     world_size: int
     """Number of GPUs."""
     link_utilisation: Mapping[str, float] = field(default_factory=dict)
     """Flow mode: fraction of each link's bandwidth used over the step."""
+    memory_reserved_bytes: int = 0
+    """Device memory kept free of tensors for the CUDA context and allocator fragmentation
+    (:mod:`simgrid.memory.headroom`)."""
+    memory_verdict: str = "fits"
+    """``fits``, ``tight`` (fits by less than 5% of capacity) or ``does not fit``."""
 
     def to_json_dict(self) -> dict[str, Any]:
         """The issue's JSON keys (seconds, bytes)."""
@@ -86,6 +98,8 @@ class Metrics:
             "peak_memory_bytes": self.peak_memory_bytes,
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "fits": self.fits,
+            "memory_reserved_bytes": self.memory_reserved_bytes,
+            "memory_verdict": self.memory_verdict,
             "exposed_comm_s": {k: self.exposed_comm_s.get(k, 0.0) for k in COMM_KINDS},
             "world_size": self.world_size,
         }
@@ -145,10 +159,63 @@ def executed_flops(trace: Trace) -> float:
     return sum(row.flops * weights[row.rank] for row in trace.timing_rows if row.flops)
 
 
+def metric_notes(metrics: Metrics, layout: Layout) -> list[str]:
+    """Explanations a reader of the numbers needs (today: why HFU can be below MFU)."""
+    notes = []
+    if metrics.hfu < metrics.mfu:
+        why = ("the FlashAttention kernel skips the score tiles the causal mask hides (Dao 2023, section 3.1.1), "
+               "so the hardware executes fewer FLOPs than the model-FLOPs count, which keeps the full s x s "
+               "attention core (Megatron SC'21 eq. 3)") if layout.flash_attention else (
+               "the hardware executed fewer FLOPs than the model-FLOPs count")
+        notes.append(f"HFU {metrics.hfu:.1%} is below MFU {metrics.mfu:.1%}: {why}")
+    return notes
+
+
+def metrics_meta(*, model: ModelSpec, layout: Layout, cluster: str, peak_flops_per_gpu: float,
+                 peak_memory_bytes: int, memory_capacity_bytes: int,
+                 memory_headroom: MemoryHeadroom = DEFAULT_HEADROOM) -> dict[str, Any]:
+    """What :func:`metrics_from_trace` needs, as trace metadata (JSON-ready)."""
+    return {
+        "model": model.to_dict(),
+        "layout": layout.to_dict(),
+        "cluster": cluster,
+        "metrics_inputs": {"peak_flops_per_gpu": float(peak_flops_per_gpu),
+                           "peak_memory_bytes": int(peak_memory_bytes),
+                           "memory_capacity_bytes": int(memory_capacity_bytes),
+                           "memory_headroom": dataclasses.asdict(memory_headroom)},
+    }
+
+
+def metrics_from_trace(trace: Trace) -> Metrics | None:
+    """The step's :class:`Metrics` from a trace that carries its run (``meta`` written by
+    :func:`metrics_meta`); ``None`` for a trace without one (e.g. hand-made rows)."""
+    from simgrid.layout import Layout
+    from simgrid.model.spec import ModelSpec
+
+    model, layout, inputs = (trace.meta.get(key) for key in ("model", "layout", "metrics_inputs"))
+    if not (isinstance(model, Mapping) and isinstance(layout, Mapping) and isinstance(inputs, Mapping)):
+        return None
+    try:
+        return compute_metrics(
+            trace, model=ModelSpec.from_dict(dict(model)), layout=Layout.from_dict(dict(layout)),
+            peak_flops_per_gpu=float(inputs["peak_flops_per_gpu"]),
+            peak_memory_bytes=int(inputs.get("peak_memory_bytes", 0)),
+            memory_capacity_bytes=int(inputs.get("memory_capacity_bytes", 0)),
+            memory_headroom=MemoryHeadroom(**inputs.get("memory_headroom", {})),
+        )
+    except (KeyError, TypeError, ValueError, SimgridError) as exc:
+        from simgrid.trace import TraceError
+
+        raise TraceError(f"trace meta 'metrics_inputs' is malformed ({exc}); expected peak_flops_per_gpu, "
+                         "peak_memory_bytes and memory_capacity_bytes numbers as simgrid simulate writes") from None
+
+
 def compute_metrics(trace: Trace, *, model: ModelSpec, layout: Layout, peak_flops_per_gpu: float,
                     peak_memory_bytes: int = 0, memory_capacity_bytes: int = 0,
-                    link_utilisation: Mapping[str, float] | None = None) -> Metrics:
-    """All :class:`Metrics` of one step from its trace, the model, the layout and the GPU peak (FLOP/s)."""
+                    link_utilisation: Mapping[str, float] | None = None,
+                    memory_headroom: MemoryHeadroom = DEFAULT_HEADROOM) -> Metrics:
+    """All :class:`Metrics` of one step from its trace, the model, the layout and the GPU peak (FLOP/s);
+    the memory verdict keeps ``memory_headroom`` free of tensors."""
     from simgrid.model import model_flops_per_iteration
 
     world = layout.world_size
@@ -168,7 +235,9 @@ def compute_metrics(trace: Trace, *, model: ModelSpec, layout: Layout, peak_flop
         exposed_comm_s=exposed_comm_by_kind(trace),
         peak_memory_bytes=int(peak_memory_bytes),
         memory_capacity_bytes=int(memory_capacity_bytes),
-        fits=peak_memory_bytes <= memory_capacity_bytes,
+        fits=peak_memory_bytes <= memory_headroom.usable_bytes(memory_capacity_bytes),
         world_size=world,
         link_utilisation=dict(link_utilisation or {}),
+        memory_reserved_bytes=memory_headroom.reserved_bytes(memory_capacity_bytes),
+        memory_verdict=memory_headroom.verdict(peak_memory_bytes, memory_capacity_bytes),
     )

@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING, Any
 from simgrid.engine import EngineResult, MemoryReport, simulate_program
 from simgrid.errors import SimulationError
 from simgrid.layout import Layout, check_layout
-from simgrid.metrics import Metrics, compute_metrics
+from simgrid.memory.headroom import DEFAULT_HEADROOM, MemoryHeadroom
+from simgrid.metrics import Metrics, compute_metrics, metric_notes, metrics_meta
 from simgrid.model.spec import ModelSpec
+from simgrid.schedules.advice import pipeline_warnings
 from simgrid.trace import Trace
 
 if TYPE_CHECKING:
@@ -55,7 +57,9 @@ class SimulationResult:
     wall_s: float
     """Wall-clock seconds spent building and simulating."""
     notes: tuple[str, ...] = field(default_factory=tuple)
-    """Things the user should know (e.g. why symmetric mode fell back to full)."""
+    """Things the user should know (e.g. why symmetric mode fell back to full, why HFU < MFU)."""
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+    """Things to fix (e.g. too few micro-batches for the pipeline, with the batch that fixes it)."""
 
     def to_json_dict(self) -> dict[str, Any]:
         """The issue's JSON keys, plus model/cluster/layout/mode fields."""
@@ -68,19 +72,24 @@ class SimulationResult:
         out["comm_model"] = self.engine.comm_model
         out["granularity"] = self.granularity
         out["notes"] = list(self.notes)
+        out["warnings"] = list(self.warnings)
         return out
 
 
 def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, mode: str = "symmetric",
              comm_model: str = "fast", granularity: str = "auto",
-             speed_factors: Mapping[int, float] | None = None) -> SimulationResult:
+             speed_factors: Mapping[int, float] | None = None,
+             memory_headroom: MemoryHeadroom = DEFAULT_HEADROOM, program: Program | None = None) -> SimulationResult:
     """Simulate one training step of ``model`` on ``cluster`` under ``layout``.
 
     ``model``: a preset name (``simgrid models``) or a :class:`ModelSpec`. ``cluster``: a profile name
     (sized to ``layout.world_size`` GPUs) or a sized :class:`~simgrid.hardware.Cluster`.
     ``mode``: ``symmetric`` (one rank per pipeline stage when exact) or ``full``; ``comm_model``: ``fast``
     or ``flow``; ``granularity``: ``block``, ``stage`` or ``auto`` (stage above 64 ranks);
-    ``speed_factors``: rank -> relative compute speed for stragglers.
+    ``speed_factors``: rank -> relative compute speed for stragglers; ``memory_headroom``: what the
+    fit verdict keeps free for the CUDA context and allocator fragmentation; ``program``: simulate this
+    program (e.g. loaded from a file, or built from an imported pipeline order) instead of building one
+    from ``model`` and ``layout``, which must then be the program's own.
     """
     t_start = time.perf_counter()
     if not isinstance(layout, Layout):
@@ -88,15 +97,22 @@ def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, 
     spec = _resolve_model(model)
     check_layout(spec, layout)
     sized = _resolve_cluster(cluster, layout.world_size)
-    gran = _resolve_granularity(granularity, layout.world_size)
-    from simgrid.limits import check_program_size
-    from simgrid.schedules import build_program
+    gran = resolve_granularity(granularity, layout.world_size)
+    if program is not None and program.world_size != layout.world_size:
+        raise SimulationError(
+            f"simulate: the program has {program.world_size} ranks but the layout needs {layout.world_size}; "
+            "pass the program's own layout"
+        )
+    if program is None:
+        from simgrid.limits import check_program_size
+        from simgrid.schedules import build_program
 
-    every_rank = mode == "full" or comm_model == "flow" or bool(speed_factors)  # else one rank per stage
-    check_program_size(spec, layout, gran, ranks=layout.world_size if every_rank else layout.pp,
-                       what=f"simulating {'every rank' if every_rank else 'one rank per pipeline stage'}")
-
-    program = build_program(spec, layout, granularity=gran)  # type: ignore[arg-type]
+        every_rank = mode == "full" or comm_model == "flow" or bool(speed_factors)  # else one rank per stage
+        check_program_size(spec, layout, gran, ranks=layout.world_size if every_rank else layout.pp,
+                           what=f"simulating {'every rank' if every_rank else 'one rank per pipeline stage'}")
+        program = build_program(spec, layout, granularity=gran)  # type: ignore[arg-type]
+    else:
+        gran = str(program.meta.get("granularity", gran))
     engine = simulate_program(program, sized, mode=mode, comm_model=comm_model, speed_factors=speed_factors,
                               dtype=layout.precision)
     metrics = compute_metrics(
@@ -107,8 +123,14 @@ def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, 
         peak_memory_bytes=engine.memory.peak_bytes,
         memory_capacity_bytes=engine.memory.capacity_bytes,
         link_utilisation=engine.link_utilisation() if comm_model == "flow" else None,
+        memory_headroom=memory_headroom,
     )
     _attach_memory_timeline(engine, layout)
+    engine.trace.meta.update(metrics_meta(
+        model=spec, layout=layout, cluster=sized.spec.name, peak_flops_per_gpu=sized.gpu.peak_flops(layout.precision),
+        peak_memory_bytes=engine.memory.peak_bytes, memory_capacity_bytes=engine.memory.capacity_bytes,
+        memory_headroom=memory_headroom,
+    ))
     return SimulationResult(
         metrics=metrics,
         trace=engine.trace,
@@ -120,7 +142,8 @@ def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, 
         cluster_name=sized.spec.name,
         granularity=gran,
         wall_s=time.perf_counter() - t_start,
-        notes=engine.notes,
+        notes=(*engine.notes, *metric_notes(metrics, layout)),
+        warnings=tuple(pipeline_warnings(layout, metrics.bubble_fraction)),
     )
 
 
@@ -165,7 +188,8 @@ def _resolve_cluster(cluster: str | Cluster, world_size: int) -> Cluster:
     raise SimulationError(f"simulate: cluster must be a profile name or a Cluster, got {type(cluster).__name__}")
 
 
-def _resolve_granularity(granularity: str, world_size: int) -> str:
+def resolve_granularity(granularity: str, world_size: int) -> str:
+    """``block`` or ``stage`` for ``granularity`` (``auto``: stage above 64 ranks); checks the name."""
     if granularity not in GRANULARITIES:
         raise SimulationError(
             f"simulate: granularity = {granularity!r} is not one of {', '.join(GRANULARITIES)}"

@@ -20,7 +20,11 @@ Row conventions:
   communication was actually running, as opposed to waiting for a peer to issue it.
 
 ``meta`` holds JSON scalars and small mappings; the engine sets ``world_size`` and ``multiplicity``
-(how many ranks each simulated rank stands for, in symmetric mode).
+(how many ranks each simulated rank stands for, in symmetric mode). :func:`simgrid.simulate` adds what
+the step's metrics are computed from (``model``, ``layout``, ``cluster`` and ``metrics_inputs``; see
+:func:`simgrid.metrics.metrics_from_trace`), so a saved trace, simgrid or Chrome format, reproduces the
+run's report. Chrome trace events carry every row field in ``args`` (``exposed_s`` of a WAIT included),
+so reading one back loses nothing the metrics use.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ COMPUTE_KINDS = ("F", "B", "I", "W", "R", "OPT")
 PURPOSE_TO_COMM_KIND: dict[str, str] = {
     "tp": "tp",
     "cp": "cp",
+    "ep": "ep",
     "pp": "pp",
     # The tied-embedding gradient sync exists only because the pipeline splits embedding and head.
     "embed-grad": "pp",
@@ -275,10 +280,15 @@ class Trace:
                 tid = tids[key] = _stream_sort_key(row.stream, len(tids))
                 events.append({"ph": "M", "name": "thread_name", "pid": row.rank, "tid": tid,
                                "args": {"name": row.stream}})
+            args: dict[str, Any] = {"op": row.op, "bytes": row.bytes, "flops": row.flops, "kind": row.kind,
+                                    "purpose": row.purpose, "stage": row.stage, "microbatch": row.microbatch}
+            if row.match:
+                args["match"] = row.match
+            if row.exposed_s:
+                args["exposed_s"] = row.exposed_s  # the part of a WAIT that is exposed communication
             events.append({
                 "ph": "X", "name": _event_name(row), "cat": row.purpose or row.kind, "pid": row.rank, "tid": tid,
-                "ts": row.start_s * 1e6, "dur": max(row.end_s - row.start_s, 0.0) * 1e6,
-                "args": {"op": row.op, "bytes": row.bytes, "flops": row.flops},
+                "ts": row.start_s * 1e6, "dur": max(row.end_s - row.start_s, 0.0) * 1e6, "args": args,
             })
             if row.match:
                 (sends if row.kind == "SEND" else recvs)[row.match] = row

@@ -192,14 +192,16 @@ def test_simgrid_never_imports_executor(project_graph: Graph) -> None:
 EXECUTOR_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry points", ("executor", "executor.cli", "executor.runner", "executor.validate", "executor.calibrate",
                       "executor.commbench", "executor.hostprobe", "executor.profilefit", "executor.costmodel",
-                      "executor.reference", "executor.collectives")),
+                      "executor.reference", "executor.collectives", "executor.generate", "executor.devicecal",
+                      "executor.devicefit", "executor.kernelbench")),
     ("interpreter", ("executor.interpreter",)),
     ("op handlers", ("executor.handlers", "executor.handlers.*")),
     ("rank state", ("executor.state", "executor.recorder")),
     ("runs and gradients", ("executor.blockrun", "executor.grads", "executor.cutplan")),
-    ("model", ("executor.model", "executor.weights", "executor.block", "executor.layers", "executor.tp",
-               "executor.cp")),
-    ("primitives", ("executor.comm", "executor.optim", "executor.data", "executor.timing", "executor.launch")),
+    ("model", ("executor.model", "executor.weights", "executor.block", "executor.layers", "executor.moe_layers",
+               "executor.tp", "executor.cp")),
+    ("primitives", ("executor.comm", "executor.optim", "executor.data", "executor.timing", "executor.launch",
+                    "executor.precision", "executor.devices")),
 )
 """The executor's layers, top first (docs/design.md, Executor, draws them): a module imports modules of its
 own layer or of the layers below, never above. A new module is placed here when it is added."""

@@ -44,8 +44,9 @@ def context_parallel(state: RankState, op: Collective) -> Pending:
     return _block_collective(state, op, group, members)
 
 
-def _block_collective(state: RankState, op: Collective, group: Any, members: tuple[int, ...]) -> Pending:
-    """A tensor- or context-parallel collective on the cut(s) of its block it stands for."""
+def claim_cut_actions(state: RankState, op: Collective) -> tuple[BlockRun, int, int, str, str, list[Action]]:
+    """The run and the cut actions a block collective stands for: (run, block, micro-batch, phase, compute
+    kind of the anchoring op, actions), consuming them from the rank's cut plan (:mod:`executor.cutplan`)."""
     block, mb, phase, compute_kind = state.tp_plan.anchors[state.current_index]
     key = (block, mb, phase, op.purpose)
     # Segments this issue runs (sequence parallelism's and context parallelism's gathers come *before*
@@ -74,6 +75,12 @@ def _block_collective(state: RankState, op: Collective, group: Any, members: tup
             f"cannot map {op.kind} x{op.count} onto block {block} ({phase}): the block expects "
             f"{[a[2] for a in actions]} and {pos - len(chosen)} were already issued"
         )
+    return run, block, mb, phase, compute_kind, chosen
+
+
+def _block_collective(state: RankState, op: Collective, group: Any, members: tuple[int, ...]) -> Pending:
+    """A tensor- or context-parallel collective on the cut(s) of its block it stands for."""
+    run, block, mb, phase, compute_kind, chosen = claim_cut_actions(state, op)
     size, index_in_group = len(members), group_rank(members, state.rank)
     works: list[Any] = []
     finishers: list[Any] = []

@@ -3,7 +3,7 @@
 * ``dp-grad`` (DDP bucket all-reduce), ``ps-reduce`` / ``ps-broadcast`` (parameter server: gradients
   reduced to the root, updated parameters broadcast from it), ``zero-grad`` / ``zero-param`` on buckets
   (ZeRO-1/2: reduce-scatter of the padded flat bucket, all-gather of the updated master shards); the
-  same purposes on ``b<block>:param|grad`` labels are ZeRO-3's and go to :mod:`.zero3`;
+  same purposes on ``b<block>[+b<block>...]:param|grad`` labels are ZeRO-3's and go to :mod:`.zero3`;
 * ``embed-grad``: the all-reduce of a tied embedding's gradient between the first and last pipeline stage;
 * ``s<stage>:sp-grads`` (purpose ``tp``, reached through :mod:`.blockcomm`): sequence parallelism's sum of
   partial gradients over the tensor-parallel group.
@@ -21,7 +21,7 @@ import torch.distributed as dist
 from torch import nn
 
 from executor.comm import Pending, all_gather_dim0, all_reduce, flatten, group_rank, reduce_scatter_dim0
-from executor.grads import block_parameters
+from executor.grads import block_parameters, split_parameters
 from executor.handlers.zero3 import zero3_collective
 from executor.state import RankState
 from simgrid.errors import ProgramError
@@ -31,16 +31,19 @@ from simgrid.schedules.buckets import grad_buckets
 
 def data_parallel(state: RankState, op: Collective) -> Pending:
     """A data-parallel gradient or parameter collective, on a bucket (``s<stage>:bucket<i>``) or, under
-    ZeRO-3, on one block's parameters (``b<block>:param|grad``)."""
+    ZeRO-3, on the parameters of the blocks the label names (``b<block>[+b<block>...]:param|grad``)."""
     group, members = state.group(op)
     label = op.label
-    zero3 = re.fullmatch(r"b(\d+):(param|grad)", label)
+    zero3 = re.fullmatch(r"(b\d+(?:\+b\d+)*):(param|grad)", label)
     if zero3:
-        return zero3_collective(state, op, int(zero3.group(1)), group, members)
-    bucket = re.fullmatch(r"s(\d+):bucket(\d+)", label)
+        blocks = tuple(int(b) for b in re.findall(r"\d+", zero3.group(1)))
+        return zero3_collective(state, op, blocks, group, members)
+    bucket = re.fullmatch(r"s(\d+):(e?)bucket(\d+)", label)
     if bucket is None:
-        raise ProgramError(f"{op.purpose} collective label {label!r} is not 's<stage>:bucket<i>' or 'b<block>:...'")
-    return _bucket(state, op, int(bucket.group(1)), int(bucket.group(2)), group, members)
+        raise ProgramError(f"{op.purpose} collective label {label!r} is not 's<stage>:bucket<i>', "
+                           "'s<stage>:ebucket<i>' or 'b<block>:...'")
+    return _bucket(state, op, int(bucket.group(1)), int(bucket.group(3)), group, members,
+                   experts=bool(bucket.group(2)))
 
 
 # -- sequence-parallel partial gradients ---------------------------------------------------------------
@@ -97,7 +100,7 @@ def sp_grads(state: RankState, op: Collective, stage: int, group: Any) -> Pendin
     state.finish_blocks(set(blocks))
     params = [p for _, p in block_parameters(state.modules, blocks) if id(p) in state.sp_params]
     slots = [_sp_grad_slot(state, p) for p in params]
-    flat = torch.cat([full for full, _ in slots]) if slots else torch.zeros(0)
+    flat = torch.cat([full for full, _ in slots]) if slots else torch.zeros(0, device=state.ctx.device)
     work = all_reduce(flat, group)
 
     def write_back() -> None:
@@ -110,21 +113,23 @@ def sp_grads(state: RankState, op: Collective, stage: int, group: Any) -> Pendin
 
 
 # -- buckets: DDP, parameter server, ZeRO-1/2 ---------------------------------------------------------
-def _bucket_params(state: RankState, stage: int, index: int) -> list[tuple[str, nn.Parameter]]:
-    buckets = grad_buckets(state.spec, state.layout, stage)
+def _bucket_params(state: RankState, stage: int, index: int, experts: bool = False
+                   ) -> list[tuple[str, nn.Parameter]]:
+    buckets = grad_buckets(state.spec, state.layout, stage, experts=experts)
     if not 0 <= index < len(buckets):
         raise ProgramError(f"stage {stage} has {len(buckets)} gradient buckets, not bucket {index}")
     blocks = list(buckets[index].blocks)
     state.finish_blocks(set(blocks))
-    return block_parameters(state.modules, blocks)
+    return split_parameters(state.modules, blocks, experts=experts)
 
 
 def _bucket(state: RankState, op: Collective, stage: int, index: int, group: Any,
-            members: tuple[int, ...]) -> Pending:
+            members: tuple[int, ...], *, experts: bool = False) -> Pending:
     book = state.book
     size = len(members)
+    key = (stage, -1 - index) if experts else (stage, index)  # GradBook's key of a routed-expert bucket
     if op.purpose == "zero-param":
-        found = book.buckets.get((stage, index))
+        found = book.buckets.get(key)
         if found is None:
             raise ProgramError(f"zero-param gather of s{stage}:bucket{index} before its gradients were reduced")
         full, work = all_gather_dim0(found.master, group, size)
@@ -139,7 +144,7 @@ def _bucket(state: RankState, op: Collective, stage: int, index: int, group: Any
                 book.write_flat(params, flat)
 
         return Pending(handle=op.handle, works=[work], on_complete=write)
-    named = _bucket_params(state, stage, index)
+    named = _bucket_params(state, stage, index, experts)
     params = [p for _, p in named]
     if op.purpose == "dp-grad":
         flat = book.take_local(params)
@@ -155,7 +160,7 @@ def _bucket(state: RankState, op: Collective, stage: int, index: int, group: Any
 
         return Pending(handle=op.handle, works=[work], on_complete=keep)
     # zero-grad: reduce-scatter of the padded flat bucket.
-    shard = book.bucket((stage, index), named)
+    shard = book.bucket(key, named)
     flat = flatten([p.grad if p.grad is not None else torch.zeros_like(p) for p in params], pad_to=size)
     twin = tied_twin(state)
     for p in params:

@@ -28,8 +28,7 @@ def alloc(state: RankState, op: Alloc) -> None:
 def free(state: RankState, op: Free) -> None:
     """Stop counting the buffer; release gathered ZeRO-3 parameters or finished activation graphs."""
     state.live_bytes -= state.alloc_sizes.pop(op.name, 0)
-    block = state.zero3_handles.pop(op.name, None)
-    if block is not None:
+    for block in state.zero3_handles.pop(op.name, ()):
         release_zero3(state, block)
     match = ACTIVATION_BUFFER.fullmatch(op.name)
     if match:

@@ -48,7 +48,11 @@ def optimizer_step(state: RankState, op: Compute) -> None:
     if state.layout.zero == 3:
         book.step_zero3(blocks, step)
     elif state.layout.zero in (1, 2) and any(k[0] in stages for k in book.buckets):
-        book.step_buckets([k for k in book.buckets if k[0] in stages], step)
+        keys = [k for k in book.buckets if k[0] in stages]
+        book.step_buckets(keys, step)
+        # Parameters no bucket shards (a MoE model's experts without expert data parallelism, or its dense
+        # part without data parallelism) are updated whole.
+        book.step_unsharded(blocks, step, skip={id(p) for k in keys for p in book.buckets[k].params})
     elif op.device == "cpu":
         book.step_unsharded(blocks, step, host=True)
     else:

@@ -16,7 +16,7 @@ from executor.state import RankState
 from simgrid.errors import ProgramError
 from simgrid.ir.ops import Collective, Wait
 from simgrid.ir.text import format_op
-from simgrid.trace import row_for_op
+from simgrid.trace import TraceRow, row_for_op
 
 
 def wait(state: RankState, op: Wait) -> None:
@@ -31,11 +31,15 @@ def wait(state: RankState, op: Wait) -> None:
     end = timer.mark()
     issued = timer.from_host(pend.issued_s)
     state.row(comm_op, issued, timer.from_host(done_host), format_op(comm_op), note=pend.note)
-    if timer.seconds(end) - timer.seconds(start) >= WAIT_ROW_MIN_S:
-        row = row_for_op(state.rank, op, timer.seconds(start), timer.seconds(end),
-                         text=state.texts[state.current_index])
-        purpose = row_for_op(state.rank, comm_op, 0.0, 0.0).purpose
-        state.result.rows.append(row._replace(purpose=purpose))
+    text = state.texts[state.current_index]
+    purpose = row_for_op(state.rank, comm_op, 0.0, 0.0).purpose
+
+    def blocked_row(start_s: float, end_s: float) -> TraceRow | None:
+        if end_s - start_s < WAIT_ROW_MIN_S:
+            return None
+        return row_for_op(state.rank, op, start_s, end_s, text=text)._replace(purpose=purpose)
+
+    state.add_row(start, end, blocked_row)
 
 
 def barrier(state: RankState, op: Collective) -> Pending:

@@ -3,7 +3,9 @@ released after, its gradients reduce-scattered to each rank's 1/dp shard.
 
 Labels ``b<block>:param`` (purpose ``zero-param``: all-gather the shards of every parameter the block
 reads, a tied head weight included) and ``b<block>:grad`` (``zero-grad``: reduce-scatter the block's
-gradients); :mod:`.gradsync` routes them here. The FREE of a gathered buffer (:mod:`.memory`) calls
+gradients), or several blocks joined by ``+`` (an FSDP2 unit, a DeepSpeed prefetch or reduce bucket
+spanning blocks: the union of their parameters, a shared tied weight once); :mod:`.gradsync` routes them
+here. The FREE of a gathered buffer (:mod:`.memory`) calls
 :func:`release_zero3`.
 """
 
@@ -19,15 +21,16 @@ from executor.state import RankState
 from simgrid.ir.ops import Collective
 
 
-def zero3_collective(state: RankState, op: Collective, block: int, group: Any, members: tuple[int, ...]) -> Pending:
-    """Gather block ``block``'s parameters (``zero-param``) or reduce-scatter its gradients (``zero-grad``)."""
+def zero3_collective(state: RankState, op: Collective, blocks: tuple[int, ...], group: Any,
+                     members: tuple[int, ...]) -> Pending:
+    """Gather the named blocks' parameters (``zero-param``) or reduce-scatter their gradients (``zero-grad``)."""
     book = state.book
-    shards = book.zero3_params(block)
+    shards = list({id(s): s for b in blocks for s in book.zero3_params(b)}.values())
     size = len(members)
     if op.purpose == "zero-param":
-        local = torch.cat([s.shard for s in shards]) if shards else torch.zeros(0)
+        local = torch.cat([s.shard for s in shards]) if shards else torch.zeros(0, device=state.ctx.device)
         full, work = all_gather_dim0(local, group, size)
-        state.zero3_handles[op.handle] = block
+        state.zero3_handles[op.handle] = blocks
 
         def scatter_back() -> None:
             per_rank = full.view(size, -1)
@@ -36,18 +39,19 @@ def zero3_collective(state: RankState, op: Collective, block: int, group: Any, m
                 n = s.shard.numel()
                 s.param.data = per_rank[:, offset: offset + n].reshape(-1)[: s.numel].view(s.shape).clone()
                 offset += n
-            state.zero3_live[block] = state.zero3_live.get(block, 0) + 1
+            for block in blocks:
+                state.zero3_live[block] = state.zero3_live.get(block, 0) + 1
 
         return Pending(handle=op.handle, works=[work], on_complete=scatter_back,
                        note=f"includes the tied embedding ({shards[-1].name})"
-                       if len(shards) > len(block_parameters(state.modules, [block])) else "")
-    state.finish_blocks({block})
+                       if len(shards) > len(block_parameters(state.modules, list(blocks))) else "")
+    state.finish_blocks(set(blocks))
     pieces = []
     for s in shards:
-        g = s.param.grad if s.param.grad is not None else torch.zeros(s.shape)
+        g = s.param.grad if s.param.grad is not None else s.shard.new_zeros(s.shape)
         pieces.append(flatten([g], pad_to=size).view(size, -1))
         s.param.grad = None
-    flat = torch.cat(pieces, dim=1).reshape(-1) if pieces else torch.zeros(0)
+    flat = torch.cat(pieces, dim=1).reshape(-1) if pieces else torch.zeros(0, device=state.ctx.device)
     getter, work, note = reduce_scatter_dim0(flat, group, size, group_rank(members, state.rank), state.backend)
 
     def accumulate() -> None:
@@ -78,4 +82,4 @@ def release_zero3(state: RankState, block: int) -> None:
     readers = {b for b in state.modules if any(x is s for s in released for x in book.zero3_params(b))}
     state.finish_ready_segments(readers)
     for s in released:
-        s.param.data = torch.empty(0)
+        s.param.data = s.shard.new_empty(0)

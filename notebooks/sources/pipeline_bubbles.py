@@ -1,11 +1,16 @@
 # %% [markdown]
-# # Pipeline bubbles: GPipe, 1F1B, interleaved, zero-bubble
+# # Pipeline bubbles: GPipe, 1F1B, interleaved, zero-bubble, looped BFS, DualPipeV
 #
 # A pipeline of `p` stages idles while it fills and drains. The textbook idle fraction (the
 # *bubble*) with `m` micro-batches is `(p-1)/(m+p-1)` for GPipe and 1F1B (Huang et al. 2019;
 # Narayanan et al. 2021), and `(p-1)/(v*m+p-1)` for interleaved 1F1B with `v` model chunks per rank
 # (Narayanan et al., SC'21). Zero-bubble schedules (Qi et al. 2023) split the backward into an
-# input-gradient part (I) and a weight-gradient part (W) and fill the drain with W.
+# input-gradient part (I) and a weight-gradient part (W) and fill the drain with W. Looped BFS
+# (Lamy-Poirier 2023) runs every micro-batch through a rank's first chunk before its second, and
+# DualPipeV (torch's `ScheduleDualPipeV`, after DeepSeek's DualPipe) pairs the forward of one chunk with
+# the backward of the other in `OVERLAP_F_B` units; torch runs a unit's two computations one after the
+# other, and so does the simulator (their transfers overlap the other computation). Every order here is
+# action for action the order of torch 2.13's class of the same name.
 #
 # Here we simulate the schedules on the `ideal` cluster (every op at peak, free communication) with
 # a model whose pipeline stages are exactly equal, so the simulated bubble can be checked against
@@ -36,6 +41,9 @@ SCHEDULES = {  # name -> (layout schedule, model chunks per rank v)
     "interleaved 1F1B (v=2)": ("interleaved-1f1b", 2),
     "ZB-H1": ("zb-h1", 1),
     "ZBV (v=2)": ("zbv", 2),
+    "interleaved ZB (v=2)": ("interleaved-zb", 2),
+    "looped BFS (v=2)": ("looped-bfs", 2),
+    "DualPipeV (v=2)": ("dualpipev", 2),
 }
 
 def run(schedule: str, vpp: int, microbatches: int, spec=model):
@@ -55,14 +63,14 @@ fig = Figure(figsize=(12, 3.2 * len(gantt_runs)), layout="constrained")
 axes = fig.subplots(len(gantt_runs), 1, sharex=True)
 for ax, (name, res) in zip(axes, gantt_runs.items(), strict=True):
     plot_gantt(res.trace, ax=ax, title=name)  # the title gets the step time and bubble appended
-# One time axis for all five, so shorter steps show as shorter bars.
+# One time axis for all of them, so shorter steps show as shorter bars.
 axes[0].set_xlim(0, max(res.metrics.step_time_s for res in gantt_runs.values()) * 1.01)
 display(fig)
 
 # %% [markdown]
 # ## Bubble fraction against micro-batch count
 #
-# For each schedule and `m` in 4 ... 32 we read the bubble from the simulated trace
+# For each schedule and `m` in 4 ... 32 (DualPipeV needs m >= 2p = 8) we read the bubble from the simulated trace
 # (`metrics.bubble_fraction`: idle share of the compute streams between the first and the last
 # pipeline op) and compare it with the formula. For ZB-H1 the zero-bubble paper gives the bubble
 # time `(p-1)(T_F + T_I - T_W)` against 1F1B's `(p-1)(T_F + T_I + T_W)` (Qi et al. 2023, sec. 3.1);
@@ -74,6 +82,8 @@ MICROBATCHES = [4, 8, 16, 32]
 rows = []
 for name, (sched, v) in SCHEDULES.items():
     for mb in MICROBATCHES:
+        if sched == "dualpipev" and mb < 2 * P:
+            continue
         res = run(sched, v, mb)
         rows.append({"schedule": name, "m": mb, "simulated": res.metrics.bubble_fraction, "trace": res.trace})
 table = pd.DataFrame(rows)
@@ -81,7 +91,7 @@ table = pd.DataFrame(rows)
 def textbook(name: str, mb: int, trace) -> float:
     if name in ("GPipe", "1F1B"):
         return (P - 1) / (mb + P - 1)
-    if name.startswith("interleaved"):
+    if name.startswith("interleaved 1F1B"):
         return (P - 1) / (2 * mb + P - 1)
     if name == "ZB-H1":
         df = trace.to_dataframe()
@@ -89,7 +99,7 @@ def textbook(name: str, mb: int, trace) -> float:
         t_f, t_i, t_w = per_mb["F"], per_mb["I"], per_mb["W"]
         bubble = (P - 1) * (t_f + t_i - t_w)
         return bubble / (mb * (t_f + t_i + t_w) + bubble)
-    return float("nan")  # ZBV: no closed form used here
+    return float("nan")  # ZBV, interleaved ZB, looped BFS, DualPipeV: no closed form used here
 
 table["textbook"] = [textbook(r.schedule, r.m, r.trace) for r in table.itertuples()]
 table["difference"] = table["simulated"] - table["textbook"]
@@ -123,8 +133,9 @@ display(Markdown(
     f"and formula is **{abs(worst.difference):.4f}** ({worst.schedule}, m = {worst.m}): the simulator "
     f"reproduces the textbook bubbles. GPipe and 1F1B have the same bubble (1F1B only saves memory, "
     f"see `memory_and_zero`); at m = 32 interleaving cuts it from {at32['1F1B']:.1%} to "
-    f"{at32['interleaved 1F1B (v=2)']:.1%}, ZB-H1 to {at32['ZB-H1']:.1%} and ZBV to "
-    f"{at32['ZBV (v=2)']:.1%}."
+    f"{at32['interleaved 1F1B (v=2)']:.1%}, ZB-H1 to {at32['ZB-H1']:.1%}, ZBV to "
+    f"{at32['ZBV (v=2)']:.1%}, interleaved ZB to {at32['interleaved ZB (v=2)']:.1%}, looped BFS to "
+    f"{at32['looped BFS (v=2)']:.1%} and DualPipeV to {at32['DualPipeV (v=2)']:.1%}."
 ))
 
 # %% [markdown]

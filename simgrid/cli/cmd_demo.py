@@ -37,6 +37,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``simgrid simulate`` with the default arguments and outputs in ``--out``."""
     from simgrid.cli import cmd_simulate
+    from simgrid.cli.common import Parser
     from simgrid.io import check_output_path, short_path
 
     out = Path(args.out)
@@ -48,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ValueError):
         check_output_path(out, flag="--out")  # says which part of the path is wrong
         raise SimgridError(f"--out {short_path(out)}: cannot create the folder") from None
-    parser = argparse.ArgumentParser(prog="simgrid")
-    cmd_simulate.register(parser.add_subparsers())
+    parser = Parser(prog="simgrid")
+    cmd_simulate.register(parser.add_subparsers(parser_class=Parser))
     argv = ["simulate", *DEFAULT_ARGS, "--gantt", str(out / "gantt.png"), "--trace", str(out / "trace.json")]
     if args.json:
         argv.append("--json")

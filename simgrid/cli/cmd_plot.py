@@ -94,10 +94,16 @@ def _plot_sweep(path: Path, kind: str, args: argparse.Namespace) -> Any:
 
 def _plot_trace(path: Path, kind: str, ranks: list[int] | None, title: str | None) -> Any:
     trace = load_any_trace(path)
+    heading = title if title is not None else trace_title(trace)
     if kind == "gantt":
+        from simgrid.metrics import metrics_from_trace
         from simgrid.plots.gantt import plot_gantt
 
-        return plot_gantt(trace, ranks=ranks, title=title)
+        metrics = metrics_from_trace(trace)
+        if metrics is not None:
+            print(f"{heading}: step {metrics.step_time_s:.4g} s, bubble {metrics.bubble_fraction:.1%}, "
+                  f"MFU {metrics.mfu:.1%}", file=sys.stderr)
+        return plot_gantt(trace, ranks=ranks, title=heading)
     from simgrid.plots.memory import memory_series, plot_memory_timeline
 
     try:
@@ -108,7 +114,22 @@ def _plot_trace(path: Path, kind: str, ranks: list[int] | None, title: str | Non
             "meta['memory_timeline']); draw --kind gantt, or plot memory from Python with "
             "simgrid.plots.plot_memory_timeline(simulate(...).memory)"
         ) from None
-    return plot_memory_timeline(trace, ranks=ranks, title=title)
+    return plot_memory_timeline(trace, ranks=ranks, title=heading)
+
+
+def trace_title(trace: Any) -> str | None:
+    """``"model, layout"`` from the run description a simulated trace carries (None without one)."""
+    from simgrid.cli.format import describe_layout
+    from simgrid.errors import SimgridError
+    from simgrid.layout import Layout
+
+    model, layout = trace.meta.get("model"), trace.meta.get("layout")
+    if not isinstance(model, dict) or not isinstance(layout, dict):
+        return None
+    try:
+        return f"{model.get('name', 'model')}, {describe_layout(Layout.from_dict(layout))}"
+    except (SimgridError, TypeError):
+        return None
 
 
 def load_any_trace(path: Path) -> Any:
@@ -195,11 +216,19 @@ def trace_from_chrome(data: dict[str, Any]) -> Any:
         category = str(ev.get("cat", ""))
         kind, stage, microbatch = _kind_of(name)
         purpose = "compute" if category == "compute" else (category if category != kind else "")
-        rows.append({
-            "rank": rank, "stream": threads.get((ev.get("pid"), ev.get("tid")), str(ev.get("tid"))),
-            "op": str(args.get("op", name)), "kind": kind, "purpose": purpose, "start_s": start_s,
-            "end_s": end_s, "bytes": size, "flops": flops, "stage": stage, "microbatch": microbatch,
-        })
+        # simgrid writes every row field into args; older files and other tools get them from the name.
+        try:
+            rows.append({
+                "rank": rank, "stream": threads.get((ev.get("pid"), ev.get("tid")), str(ev.get("tid"))),
+                "op": str(args.get("op", name)), "kind": str(args.get("kind", kind)),
+                "purpose": str(args.get("purpose", purpose)), "start_s": start_s, "end_s": end_s,
+                "bytes": size, "flops": flops, "stage": _number(args.get("stage", stage), int),
+                "microbatch": _number(args.get("microbatch", microbatch), int),
+                "match": str(args.get("match", "")), "exposed_s": _number(args.get("exposed_s", 0.0) or 0.0, float),
+            })
+        except (AttributeError, TypeError, ValueError, OverflowError):
+            raise PlotError(f"plot: Chrome trace event {_shown(name)} at pid {rank} has non-numeric args "
+                            f"{_shown(args)}") from None
     if not rows:
         raise PlotError("plot: the Chrome trace has no complete ('X') events to draw")
     other = data.get("otherData") or {}

@@ -74,7 +74,9 @@ def summarize(program: Any) -> list[str]:
     if program.layout is not None:
         lay = program.layout
         lines.append(f"layout    dp={lay.dp} tp={lay.tp} pp={lay.pp} "
-                     f"{f'cp={lay.cp} ' if lay.cp > 1 else ''}vpp={lay.vpp} zero={lay.zero} "
+                     f"{f'cp={lay.cp} ' if lay.cp > 1 else ''}"
+        f"{f'ep={lay.ep} etp={lay.expert_tp} ' if lay.ep > 1 or lay.etp is not None else ''}"
+        f"vpp={lay.vpp} zero={lay.zero} "
                      f"schedule={lay.schedule} micro-batches={lay.num_microbatches}")
     lines.append(f"ops       {program.num_ops}: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
     lines.append(f"groups    {len(program.groups)}: " + ", ".join(f"{k} {n}" for k, n in sorted(group_kinds.items())))

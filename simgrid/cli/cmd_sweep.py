@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Any
 
-from simgrid.cli.common import add_model_args, model_from_args, positive_int, print_json
+from simgrid.cli.common import (
+    add_hardware_args,
+    add_layout_args,
+    add_model_args,
+    fixed_recipe_from_args,
+    model_from_args,
+    positive_int,
+    print_json,
+)
 from simgrid.errors import SimgridError
 from simgrid.layout import RECOMPUTE_POLICIES
 
@@ -18,6 +27,8 @@ EPILOG = """\
 examples:
   simgrid sweep --model gpt3-175b --cluster dgx-a100-hdr --gpus 1024 --gbs 1536 \\
       --recompute full --mbs 1,2 --top 10 --out sweep.csv
+  simgrid sweep --model llama2-7b --cluster dgx-a100-hdr --gpus 64 --gbs 256 --tp 2,4 --pp 1,2 \\
+      --schedule 1f1b,interleaved-1f1b,dualpipev --sequence-parallel both
   simgrid sweep --model llama2-7b --cluster dgx-a100-hdr --gpus 64 --gbs 256 --tp 2 --json
   simgrid plot sweep.csv --kind heatmap --out heatmap.png
 """
@@ -25,8 +36,6 @@ examples:
 
 def register(subparsers: Any) -> None:
     """Add the ``sweep`` sub-command."""
-    from simgrid.sweep.constraints import PIPELINE_SCHEDULES
-
     p = subparsers.add_parser(
         "sweep",
         help="search layouts (dp, tp, pp, vpp, ZeRO, micro-batch, schedule, recompute) for the fastest",
@@ -38,31 +47,16 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_model_args(p)
-    p.add_argument("--cluster", required=True, help="cluster profile name (see `simgrid profiles`)")
-    p.add_argument("--gpus", type=positive_int, required=True, help="GPUs in the run")
-    p.add_argument("--gbs", type=positive_int, required=True, help="global batch in sequences")
-    c = p.add_argument_group("constraints (default: search everything)")
-    c.add_argument("--tp", type=positive_int, help="fixed tensor-parallel degree")
+    add_hardware_args(p, cluster_required=True, gpu_profile=False, gpus_required=True)
+    add_layout_args(p, lists=True)  # the same flags as simulate and memory, taking comma lists
+    c = p.add_argument_group("search bounds (default: search everything)")
     c.add_argument("--max-tp", type=positive_int, help="largest tensor-parallel degree (default: GPUs per node)")
-    c.add_argument("--pp", type=positive_int, help="fixed pipeline-parallel degree")
     c.add_argument("--max-pp", type=positive_int, help="largest pipeline-parallel degree")
-    c.add_argument("--dp", type=positive_int, help="fixed data-parallel degree")
     c.add_argument("--max-dp", type=positive_int, help="largest data-parallel degree")
-    c.add_argument("--cp", type=_positive_ints, help="comma-separated context-parallel degrees to try (default 1)")
-    c.add_argument("--schedules", type=_choices(PIPELINE_SCHEDULES),
-                   help=f"comma-separated pipeline schedules to try (default: {','.join(PIPELINE_SCHEDULES)})")
-    c.add_argument("--zero", type=_int_choices((0, 1, 2, 3)), help="comma-separated ZeRO stages (default: 0,1,2,3)")
-    c.add_argument("--recompute", type=_choices(RECOMPUTE_POLICIES),
-                   help="comma-separated recompute policies (default: none,selective,full)")
-    c.add_argument("--mbs", type=_positive_ints, help="comma-separated micro-batch sizes to try")
     c.add_argument("--max-mbs", type=positive_int, default=8, help="largest micro-batch size (default 8)")
     c.add_argument("--max-vpp", type=positive_int, default=8, help="largest interleaving degree (default 8)")
     c.add_argument("--tp-across-nodes", action="store_true", help="let tensor parallelism span nodes")
     c.add_argument("--uneven-stages", action="store_true", help="also try pp * vpp not dividing the layer count")
-    c.add_argument("--sequence-parallel", choices=("off", "on", "both"), default="off",
-                   help="Megatron sequence parallelism for tp > 1 (default off)")
-    c.add_argument("--flash-attention", choices=("off", "on", "both"), default="off",
-                   help="fused FlashAttention core (default off; selective recompute is skipped with it)")
     o = p.add_argument_group("output")
     o.add_argument("--top", type=positive_int, default=10, help="layouts to print (default 10)")
     o.add_argument("--out", help="write every simulated layout, ranked, to this CSV file")
@@ -111,49 +105,54 @@ def run(args: argparse.Namespace) -> int:
 
 
 def check_pins(args: argparse.Namespace, model: Any) -> None:
-    """Refuse pinned degrees that leave no layout at all, saying which pin and why (exit 2, one line),
-    rather than enumerating nothing and reporting an empty search."""
+    """Refuse pinned degrees (comma lists) that leave no layout at all, saying which pin and why (exit 2, one
+    line), rather than enumerating nothing and reporting an empty search."""
+    import itertools
+
     from simgrid.limits import MAX_OPS, check_world_size
 
     check_world_size(args.gpus, what=f"--gpus {args.gpus}")
     gpus = args.gpus
-    divisors = [d for d in range(1, min(gpus, 64) + 1) if gpus % d == 0]
-    for flag, value in (("--tp", args.tp), ("--pp", args.pp), ("--dp", args.dp)):
-        if value is not None and gpus % value:
-            raise SimgridError(f"{flag} {value} does not divide --gpus {gpus}; pin a divisor such as "
-                               f"{', '.join(map(str, divisors))}")
-    if args.tp is not None and model.num_heads % args.tp:
-        raise SimgridError(f"--tp {args.tp} does not divide {model.name}'s {model.num_heads} attention heads; pin a "
-                           "divisor of the head count")
-    if args.pp is not None and args.pp > model.num_layers:
-        raise SimgridError(f"--pp {args.pp} is more than {model.name}'s {model.num_layers} layers; pin at most "
-                           f"{model.num_layers}")
-    pinned = [(flag, value) for flag, value in (("--dp", args.dp), ("--tp", args.tp), ("--pp", args.pp))
-              if value is not None]
-    product = 1
-    for _, value in pinned:
-        product *= value
-    if len(pinned) > 1 and (product > gpus or gpus % product):
-        names = " ".join(f"{flag} {value}" for flag, value in pinned)
-        raise SimgridError(f"{names} use {product} GPUs per context-parallel rank, which does not divide --gpus "
-                           f"{gpus}; make dp * tp * pp * cp = {gpus}")
-    for cp in args.cp or (1,):
-        if gpus % cp:
-            raise SimgridError(f"--cp {cp} does not divide --gpus {gpus}")
-        if model.seq_length % (2 * cp):
-            raise SimgridError(f"--cp {cp}: context parallelism splits each sequence into 2 * cp = {2 * cp} chunks, "
-                               f"which does not divide the sequence length {model.seq_length}")
-    fewest = -(-args.gbs // (gpus * max(args.mbs or (args.max_mbs,))))  # micro-batches of the most parallel layout
+    divisors = ", ".join(str(d) for d in range(1, min(gpus, 64) + 1) if gpus % d == 0)
+    rules = {
+        "--tp": [(lambda v: gpus % v == 0, f"divides --gpus {gpus} (e.g. {divisors})"),
+                 (lambda v: model.num_heads % v == 0, f"divides {model.name}'s {model.num_heads} attention heads")],
+        "--pp": [(lambda v: gpus % v == 0, f"divides --gpus {gpus} (e.g. {divisors})"),
+                 (lambda v: v <= model.num_layers, f"is at most {model.name}'s {model.num_layers} layers")],
+        "--dp": [(lambda v: gpus % v == 0, f"divides --gpus {gpus} (e.g. {divisors})"),
+                 (lambda v: args.gbs % v == 0, f"divides --gbs {args.gbs}")],
+        "--cp": [(lambda v: gpus % v == 0, f"divides --gpus {gpus} (e.g. {divisors})"),
+                 (lambda v: model.seq_length % (2 * v) == 0,
+                  f"splits the sequence of {model.seq_length} tokens into 2 * cp chunks")],
+    }
+    kept: dict[str, tuple[int, ...]] = {}
+    for flag, checks in rules.items():
+        values = getattr(args, flag[2:], None)
+        if values is None:
+            continue
+        for test, rule in checks:
+            survivors = tuple(v for v in values if test(v))
+            if not survivors:
+                raise SimgridError(f"{flag} {','.join(map(str, values))}: no value {rule}; pin one that does")
+            values = survivors
+        kept[flag] = values
+    pinned = [flag for flag in ("--dp", "--tp", "--pp") if flag in kept]
+    if len(pinned) > 1:
+        cps = kept.get("--cp", (1,))
+        products = {math.prod(combo) for combo in itertools.product(*(kept[f] for f in pinned))}
+        if not any(gpus % (product * cp) == 0 for product in products for cp in cps):
+            names = " ".join(f"{flag} {','.join(map(str, kept[flag]))}" for flag in pinned)
+            raise SimgridError(f"{names}: no combination divides --gpus {gpus} (with cp); make dp * tp * pp * cp = "
+                               f"{gpus}")
+    largest_mbs = max(args.mbs or (args.max_mbs,))
+    fewest = -(-args.gbs // (gpus * largest_mbs))  # micro-batches of the most parallel layout
     if fewest * 56 > MAX_OPS:  # the smallest program: stage granularity, one unit per micro-batch
         raise SimgridError(f"--gbs {args.gbs} on {gpus} GPUs means at least {fewest:,} micro-batches per pipeline, "
                            f"over the limit of {MAX_OPS:,} simulated ops for every layout; use a smaller --gbs")
-    if args.dp is not None and args.gbs % args.dp:
-        raise SimgridError(f"--gbs {args.gbs} is not divisible by --dp {args.dp}; give a global batch that is a "
-                           f"multiple of {args.dp}")
 
 
 def constraints_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`SweepConstraints` the flags describe."""
+    """The :class:`SweepConstraints` the flags describe (the shared layout flags, as lists of values)."""
     from simgrid.sweep import SweepConstraints
     from simgrid.sweep.constraints import PIPELINE_SCHEDULES, ZERO_STAGES
 
@@ -161,10 +160,13 @@ def constraints_from_args(args: argparse.Namespace) -> Any:
     sp, flash = switch[args.sequence_parallel], switch[args.flash_attention]
     constraints: Any = SweepConstraints(
         tp=args.tp, max_tp=args.max_tp, pp=args.pp, max_pp=args.max_pp, dp=args.dp, max_dp=args.max_dp,
-        schedules=args.schedules or PIPELINE_SCHEDULES, zero_stages=args.zero or ZERO_STAGES,
+        schedules=tuple(s for s in (args.schedule or PIPELINE_SCHEDULES) if s != "none") or PIPELINE_SCHEDULES,
+        zero_stages=args.zero or ZERO_STAGES,
         recompute=args.recompute or RECOMPUTE_POLICIES, max_mbs=args.max_mbs, micro_batch_sizes=args.mbs,
-        max_vpp=args.max_vpp, allow_tp_across_nodes=args.tp_across_nodes, sequence_parallel=sp,
+        max_vpp=args.max_vpp, vpps=args.vpp, allow_tp_across_nodes=args.tp_across_nodes, sequence_parallel=sp,
         flash_attention=flash, allow_uneven_stages=args.uneven_stages, context_parallel=args.cp or (1,),
+        expert_parallel=getattr(args, "ep", None), expert_tensor_parallel=getattr(args, "etp", None),
+        recipe=tuple(sorted(fixed_recipe_from_args(args).items())),
     )
     return constraints
 
@@ -172,13 +174,16 @@ def constraints_from_args(args: argparse.Namespace) -> Any:
 def format_table(df: Any) -> str:
     """The ranked rows as a fixed-width text table."""
     with_cp = "cp" in df and bool((df["cp"] > 1).any())  # the column appears once context parallelism does
+    with_ep = "ep" in df and bool((df["ep"] > 1).any() or (df["etp"] != df["tp"]).any())  # and expert parallelism
     header = (f"{'#':>3} {'dp':>5} {'tp':>3} {'pp':>3} " + (f"{'cp':>3} " if with_cp else "")
+              + (f"{'ep':>3} {'etp':>3} " if with_ep else "")
               + f"{'vpp':>3} {'zero':>4} {'mbs':>3} {'schedule':<16} "
               f"{'recompute':<13} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'memory GiB':>10} fits")
     lines = [header, "-" * len(header)]
     for i, row in enumerate(df.to_dict("records"), start=1):
         sp = (" sp" if row.get("sequence_parallel") else "") + (" fa" if row.get("flash_attention") else "")
         cp = f"{row['cp']:>3} " if with_cp else ""
+        cp += f"{row['ep']:>3} {row['etp']:>3} " if with_ep else ""
         lines.append(
             f"{i:>3} {row['dp']:>5} {row['tp']:>3} {row['pp']:>3} {cp}{row['vpp']:>3} {row['zero']:>4} "
             f"{row['mbs']:>3} {row['schedule']:<16} {row['recompute'] + sp:<13} {row['step_time_s']:>9.3f} "
@@ -186,37 +191,6 @@ def format_table(df: Any) -> str:
             f"{'yes' if row['fits'] else 'NO'}"
         )
     return "\n".join(lines)
-
-
-def _choices(allowed: tuple[str, ...]) -> Any:
-    def parse(text: str) -> tuple[str, ...]:
-        values = tuple(v.strip() for v in text.split(",") if v.strip())
-        bad = [v for v in values if v not in allowed]
-        if bad or not values:
-            raise argparse.ArgumentTypeError(f"{text!r}: use a comma-separated subset of {','.join(allowed)}")
-        return values
-
-    return parse
-
-
-def _int_choices(allowed: tuple[int, ...]) -> Any:
-    def parse(text: str) -> tuple[int, ...]:
-        try:
-            values = tuple(int(v) for v in text.split(",") if v.strip())
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-        if not values or any(v not in allowed for v in values):
-            raise argparse.ArgumentTypeError(f"{text!r}: use a comma-separated subset of {allowed}")
-        return values
-
-    return parse
-
-
-def _positive_ints(text: str) -> tuple[int, ...]:
-    values = tuple(positive_int(v.strip()) for v in text.split(",") if v.strip())
-    if not values:
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated positive integers, e.g. 1,2,4")
-    return values
 
 
 def _check_writable(path: str) -> None:

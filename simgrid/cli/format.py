@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from simgrid.layout import Layout
 
 
 def gib(nbytes: float) -> str:
@@ -24,3 +28,22 @@ def seconds(value: float) -> str:
 def percent(fraction: float) -> str:
     """A fraction as a percentage with one decimal."""
     return f"{fraction * 100:.1f}%"
+
+
+def describe_layout(lay: Layout) -> str:
+    """One line naming a layout's degrees, batch, schedule and switches (reports and plot titles)."""
+    parts = [f"dp {lay.dp}", f"tp {lay.tp}", f"pp {lay.pp}"] + ([f"cp {lay.cp}"] if lay.cp > 1 else [])
+    if lay.ep > 1 or lay.etp is not None:
+        parts.append(f"ep {lay.ep}, etp {lay.expert_tp}")
+    if lay.vpp > 1:
+        parts.append(f"vpp {lay.vpp}")
+    parts += [f"mbs {lay.micro_batch_size}", f"gbs {lay.gbs} (m = {lay.num_microbatches})", f"{lay.schedule}"]
+    if lay.zero:
+        parts.append(f"ZeRO-{lay.zero}" + (f" ({lay.zero_impl})" if lay.zero == 3 else ""))
+    if lay.recompute != "none":
+        parts.append(f"recompute {lay.recompute}")
+    if lay.sequence_parallel:
+        parts.append("SP")
+    if lay.flash_attention:
+        parts.append("flash attention")
+    return ", ".join(parts)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import sys
 import warnings
@@ -10,6 +9,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from simgrid import __version__
+from simgrid.cli.common import Parser
 from simgrid.errors import SimgridError
 
 #: Sub-command modules in the order ``--help`` lists them; each defines ``register(subparsers)``.
@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "cmd_simulate",
     "cmd_sweep",
     "cmd_memory",
+    "cmd_serve",
     "cmd_schedule",
     "cmd_program",
     "cmd_plot",
@@ -26,16 +27,17 @@ COMMAND_MODULES = (
 )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> Parser:
     """The full argument parser with every sub-command registered."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="simgrid",
         description="Predict step time, MFU, communication and memory of distributed LLM training.",
         epilog="example: simgrid simulate --model gpt3-175b --cluster dgx-a100-hdr --gpus 1024 "
         "--tp 8 --pp 8 --mbs 1 --gbs 1536",
     )
     parser.add_argument("--version", action="version", version=f"simgrid {__version__}")
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # Sub-parsers are Parser too: no abbreviated options anywhere (--gpu must not mean --gpus).
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(f"simgrid.cli.{name}")

@@ -1,12 +1,13 @@
-"""Cost models: compute time (roofline), collective time (alpha-beta on the topology's bottleneck links,
-ring / tree / hierarchical), point-to-point and host transfers. Every formula cites its source in its
-module."""
+"""Cost models: compute time (roofline), collective time (NCCL's alpha-beta tuner model with the bandwidth
+of the topology's bottleneck links: ring, tree, NVLS, PAT; protocols LL, LL128, Simple), point-to-point
+and host transfers. Every formula cites its source in its module."""
 
 from simgrid.costs.collectives import (
     ALGORITHMS,
     NCCL_BASE_LATENCY_US,
     base_latency_s,
     bus_bandwidth_GBps,
+    choose,
     choose_algorithm,
     collective_phases,
     collective_time_s,
@@ -32,6 +33,7 @@ __all__ = [
     "TransferTriple",
     "base_latency_s",
     "bus_bandwidth_GBps",
+    "choose",
     "choose_algorithm",
     "collective_phases",
     "collective_time_s",

@@ -1,38 +1,36 @@
-"""Collective algorithms as sequences of phases of concurrent transfers.
+"""Collective algorithms as sequences of phases of concurrent transfers (the bandwidth part).
 
-A :class:`Phase` is one algorithm step: its transfers start together, share links with whatever else is
-in flight (the engine's flow mode), and the step ends when the last one arrives plus ``latency_s`` (the
-per-step latency of the slowest hop: link latencies plus protocol handshake). A phase with
-``repeat = k`` happens k times back to back, which keeps a ring's 2(n-1) identical steps one object.
+A :class:`Phase` is one algorithm step: its transfers start together and share links with whatever
+else is in flight (the engine's flow mode); the step ends when the last one arrives. ``repeat = k``
+stands for k identical steps back to back, which keeps a ring's 2(n-1) steps one object. Phases carry no
+latency of their own (``latency_s`` is 0 here): a collective's latency is NCCL's model of the whole call
+(:mod:`simgrid.costs.nccl`), which :func:`simgrid.costs.collective_phases` puts in a leading
+transfer-free phase.
 
 Algorithms (``S`` = bytes in the nccl-tests convention of :class:`simgrid.ir.ops.Collective`, ``n``
 ranks, ranks sorted so rings follow node-major placement the way NCCL's topology search orders them):
 
 * ring all-reduce: 2(n-1) steps, each rank sends S/n to its ring successor (reduce-scatter then
   all-gather; Thakur, Rabenseifner & Gropp 2005, sec. 4.4; Patarasuk & Yuan 2009). Reduce-scatter and
-  all-gather: n-1 such steps.
+  all-gather: n-1 such steps. Across nodes, one ring per NIC rail the group uses (:func:`ring_phases`).
+* NVLS (NVLink SHARP, NVSwitch of H100-class nodes): the switch reduces and multicasts
+  (:func:`nvls_phases`).
 * ring broadcast / reduce: a pipelined chain from (to) the root. With the message cut into many small
-  segments every chain link carries S once, concurrently, so one phase moves S over each hop and its
-  latency is the chain's n-1 hops (Thakur et al. 2005 sec. 4.1; nccl-tests busbw factor 1).
+  segments every chain link carries S once, concurrently (Thakur et al. 2005 sec. 4.1; nccl-tests
+  busbw factor 1).
 * pairwise all-to-all: every rank sends S/n to every other rank at once (NCCL issues all the
-  send/recv pairs in one group call); latency (n-1) steps as in Thakur et al.'s pairwise exchange.
-* hierarchical (multi-node groups with g ranks on each of m nodes): intra-node ring reduce-scatter,
-  then g concurrent inter-node rings (local rank j of every node, one per NIC on a rail-optimised
-  fabric) each all-reducing S/g, then intra-node ring all-gather. Reduce-scatter / all-gather use the
-  matching half.
-* tree all-reduce: NCCL's double binary tree over nodes (Sanders, Speck & Traeff 2009; NCCL 2.4 blog,
-  "Massively scale your deep learning training with NCCL 2.4", 2019) with an intra-node chain. Each tree
-  carries S/2; a reduce phase up both trees then a broadcast phase down them. Both phases are
-  pipelined, so each moves its data once over every edge; the latency per phase is the chain depth
-  (g-1 intra-node hops) plus the tree depth (ceil(log2 m) inter-node hops), as in NCCL's tuning model
-  (src/graph/tuning.cc: ``2 * ((nRanks/nNodes-1) * intraLat + log2i(nNodes) * interLat)`` for both).
-  Tree edges use the node leader (the group's first rank on each node), i.e. one NIC per node: a
-  single channel, which is why NCCL only prefers trees for small and medium sizes.
+  send/recv pairs in one group call).
+* hierarchical (multi-node groups with g ranks on each of m nodes; not an NCCL algorithm, kept for
+  explicit what-if use): intra-node ring reduce-scatter, then g concurrent inter-node rings (local rank
+  j of every node, one per NIC rail) each all-reducing S/g, then intra-node ring all-gather.
+* tree all-reduce: NCCL's double binary trees over nodes with intra-node chains, one per channel
+  (Sanders, Speck & Traeff 2009; NCCL 2.4 blog, "Massively scale your deep learning training with NCCL
+  2.4", 2019). A reduce phase up, a broadcast phase down; both pipelined, so each moves its data once
+  over every edge.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
@@ -64,11 +62,6 @@ class Phase:
         return self.bytes_per_repeat * self.repeat
 
 
-def _hop_latency_s(topo: Topology, pairs: Sequence[tuple[int, int]]) -> float:
-    """Per-step latency: the slowest hop of the step (all hops run in parallel)."""
-    return max((topo.route_latency_s(a, b) for a, b in pairs), default=0.0)
-
-
 def _ring_pairs(ring: Sequence[int]) -> list[tuple[int, int]]:
     n = len(ring)
     return [(ring[i], ring[(i + 1) % n]) for i in range(n)] if n > 1 else []
@@ -80,14 +73,53 @@ def _ring_phase(topo: Topology, rings: Sequence[Sequence[int]], chunk: float, st
     if not pairs or steps <= 0:
         return []
     transfers = tuple((a, b, chunk) for a, b in pairs)
-    return [Phase(transfers, _hop_latency_s(topo, pairs), steps)]
+    return [Phase(transfers, 0.0, steps)]
 
 
 def ring_phases(kind: str, nbytes: float, ranks: Sequence[int], topo: Topology) -> list[Phase]:
-    """Flat single ring over all ranks (all_reduce, reduce_scatter, all_gather)."""
+    """NCCL's rings for all_reduce, reduce_scatter and all_gather (steps on S/n chunks).
+
+    In one node, or when the group's nodes hold different numbers of its ranks: one ring over the
+    sorted ranks. Across nodes with ``c`` ranks on each: ``c`` rings (NCCL channels), each carrying
+    S/c and leaving every node on its own NIC rail: ring ``j`` enters node k at the group's ``j``-th
+    local rank, visits the others over NVLink, and the last one hands the chunk back over NVLink to the
+    ``j``-th rank (PXN, NCCL >= 2.12), whose NIC sends it to the next node's ``j``-th rank on the same
+    rail. So every GPU's NVLink port carries S/n per step, as a flat ring's would, and each NIC S/(c n).
+    """
     n = len(ranks)
     steps = 2 * (n - 1) if kind == "all_reduce" else n - 1
-    return _ring_phase(topo, [ranks], nbytes / n, steps)
+    nodes = ranks_by_node(ranks, topo)
+    if len(nodes) == 1 or not is_uniform(nodes) or len(nodes[0]) == 1:
+        return _ring_phase(topo, [ranks], nbytes / n, steps)
+    c = len(nodes[0])
+    chunk = nbytes / (c * n)
+    transfers: list[TransferTriple] = []
+    for j in range(c):
+        for k, local in enumerate(nodes):
+            order = local[j:] + local[:j]
+            transfers += [(order[i], order[i + 1], chunk) for i in range(c - 1)]
+            transfers.append((order[-1], order[0], chunk))  # PXN: back to the rail GPU over NVLink
+            transfers.append((order[0], nodes[(k + 1) % len(nodes)][j], chunk))
+    return [Phase(tuple(transfers), 0.0, steps)] if steps > 0 else []
+
+
+def nvls_phases(kind: str, nbytes: float, ranks: Sequence[int], topo: Topology) -> list[Phase]:
+    """NVLink SHARP in one node (NCCL's NVLS algorithm): the NVSwitch reduces and multicasts.
+
+    All-reduce: each GPU sends its whole buffer S once into the switch, which returns the reduced S/g
+    shard it owns (``multimem.ld_reduce``); the GPU stores the reduced shard once and the switch
+    multicasts it to all g GPUs (``multimem.st``). NCCL pipelines both halves, so one step moves
+    S (1 + 1/g) out of and into every GPU's NVLink port, against 2(g-1)/g S for a ring.
+    Reduce-scatter is the first half (out S, in S/g), all-gather the second (out S/g, in S).
+    """
+    from simgrid.topology.topology import NVSWITCH
+
+    g = len(ranks)
+    out_bytes, in_bytes = {"all_reduce": (nbytes * (1 + 1 / g), nbytes * (1 + 1 / g)),
+                           "reduce_scatter": (nbytes, nbytes / g),
+                           "all_gather": (nbytes / g, nbytes)}[kind]
+    transfers = [(r, NVSWITCH, out_bytes) for r in ranks] + [(NVSWITCH, r, in_bytes) for r in ranks]
+    return [Phase(tuple(transfers), 0.0, 1)]
 
 
 def chain_phases(kind: str, nbytes: float, ranks: Sequence[int], topo: Topology, root: int) -> list[Phase]:
@@ -99,8 +131,7 @@ def chain_phases(kind: str, nbytes: float, ranks: Sequence[int], topo: Topology,
         pairs = [(b, a) for a, b in reversed(pairs)]
     if not pairs:
         return []
-    latency = sum(topo.route_latency_s(a, b) for a, b in pairs)
-    return [Phase(tuple((a, b, nbytes) for a, b in pairs), latency, 1)]
+    return [Phase(tuple((a, b, nbytes) for a, b in pairs), 0.0, 1)]
 
 
 def pairwise_phases(nbytes: float, ranks: Sequence[int], topo: Topology) -> list[Phase]:
@@ -109,9 +140,7 @@ def pairwise_phases(nbytes: float, ranks: Sequence[int], topo: Topology) -> list
     pairs = [(a, b) for a in ranks for b in ranks if a != b]
     if not pairs:
         return []
-    # Step latency of the pairwise exchange: n-1 steps (Thakur et al. 2005, sec. 4.5).
-    latency = (n - 1) * _hop_latency_s(topo, pairs)
-    return [Phase(tuple((a, b, nbytes / n) for a, b in pairs), latency, 1)]
+    return [Phase(tuple((a, b, nbytes / n) for a, b in pairs), 0.0, 1)]
 
 
 def ranks_by_node(ranks: Sequence[int], topo: Topology) -> list[list[int]]:
@@ -149,25 +178,28 @@ def _binary_tree_edges(order: Sequence[int]) -> list[tuple[int, int]]:
 
 
 def tree_phases(nbytes: float, ranks: Sequence[int], topo: Topology) -> list[Phase]:
-    """Double binary tree all-reduce over node leaders plus intra-node chains (reduce up, broadcast down)."""
+    """NCCL's double binary tree all-reduce: a reduce phase up, then a broadcast phase down.
+
+    With ``c`` ranks of the group on every node there are ``c`` channels, each carrying S/c: channel
+    ``j`` chains the node's ranks into its ``j``-th rank (the node's leader for that channel, on NIC
+    rail ``j``), and the leaders form two complementary binary trees of S/(2c) each (the second
+    mirrored, so a leader inner in one tree is a leaf in the other; Sanders et al. 2009). Groups with
+    uneven nodes use one channel led by each node's first rank.
+    """
     nodes = ranks_by_node(ranks, topo)
-    leaders = [local[0] for local in nodes]
-    # Second tree: the first mirrored, so a leader internal in one tree is a leaf in the other
-    # (Sanders et al. 2009: every PE sends and receives at most one block per step).
-    trees = [_binary_tree_edges(leaders), _binary_tree_edges(leaders[::-1])] if len(leaders) > 1 else []
-    chain_edges = [(local[i + 1], local[i]) for local in nodes for i in range(len(local) - 1)]
-    up: list[TransferTriple] = [(a, b, nbytes) for a, b in chain_edges]
-    for edges in trees:
-        up += [(c, p, nbytes / 2) for c, p in edges]
-    down = [(b, a, s) for a, b, s in up]
-    g_depth = max(len(local) for local in nodes) - 1
-    m = len(nodes)
-    intra_lat = _hop_latency_s(topo, chain_edges)
-    inter_lat = _hop_latency_s(topo, [e for edges in trees for e in edges])
-    latency = g_depth * intra_lat + math.ceil(math.log2(m)) * inter_lat if m > 1 else g_depth * intra_lat
+    c = len(nodes[0]) if is_uniform(nodes) else 1
+    up: list[TransferTriple] = []
+    for j in range(c):
+        rotated = [local[j:] + local[:j] for local in nodes]
+        up += [(order[i + 1], order[i], nbytes / c) for order in rotated for i in range(len(order) - 1)]
+        leaders = [order[0] for order in rotated]
+        if len(leaders) > 1:
+            for edges in (_binary_tree_edges(leaders), _binary_tree_edges(leaders[::-1])):
+                up += [(child, parent, nbytes / (2 * c)) for child, parent in edges]
     if not up:
         return []
-    return [Phase(tuple(up), latency, 1), Phase(tuple(down), latency, 1)]
+    down = [(b, a, s) for a, b, s in up]
+    return [Phase(tuple(up), 0.0, 1), Phase(tuple(down), 0.0, 1)]
 
 
 def scale_phases(phases: Sequence[Phase], *, bytes_factor: float = 1.0, latency_factor: float = 1.0) -> list[Phase]:

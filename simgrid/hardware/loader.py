@@ -182,6 +182,9 @@ def _node(reader: TableReader) -> NodeSpec:
         "host_adam_params_per_s": reader.number("host_adam_params_per_s"),
         "nics_per_node": reader.integer("nics_per_node"),
         "nic_link": nic_link,
+        "nvlink_sharp": reader.boolean("nvlink_sharp", False),
+        "cpu_vendor": reader.text("cpu_vendor", "intel"),
+        "gpu_arch": reader.text("gpu_arch", "ampere"),
     }
     fields["sources"] = reader.sources()
     reader.finish()

@@ -93,6 +93,13 @@ class TableReader:
             raise self.error(key, value, "must be an integer")
         return value
 
+    def boolean(self, key: str, default: object = _MISSING) -> bool:
+        """A TOML boolean (``true`` / ``false``)."""
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise self.error(key, value, "must be true or false")
+        return value
+
     def text(self, key: str, default: object = _MISSING) -> str:
         """A string."""
         value = self.raw(key, default)

@@ -32,6 +32,10 @@ Dtype = Literal["fp32", "tf32", "bf16", "fp16", "fp8"]
 DTYPES: tuple[str, ...] = get_args(Dtype)
 IntraFabric = Literal["nvswitch", "nvlink-mesh", "pcie"]
 INTRA_FABRICS: tuple[str, ...] = get_args(IntraFabric)
+CPU_VENDORS: tuple[str, ...] = ("intel", "amd", "arm")
+"""Host CPU vendors NCCL's tuner tells apart (``NodeSpec.cpu_vendor``)."""
+GPU_ARCHS: tuple[str, ...] = ("volta", "ampere", "hopper", "blackwell")
+"""GPU generations as NCCL's tuner groups them: compute capability < 8, 8.x, 9.x, >= 10 (``NodeSpec.gpu_arch``)."""
 NetworkKind = Literal[
     "infiniband-edr", "infiniband-hdr", "infiniband-ndr", "infiniband-xdr", "roce", "ethernet", "ideal"
 ]
@@ -230,6 +234,15 @@ class NodeSpec:
     """Compute-fabric NICs per node (storage/management NICs excluded)."""
     nic_link: LinkSpec
     """One NIC's link to the network, per direction (TOML gives ``nic_bandwidth_Gbps`` in Gb/s)."""
+    nvlink_sharp: bool = False
+    """The NVSwitch reduces and multicasts in the switch (NVLink SHARP, third-generation NVSwitch of
+    H100/H200 nodes and later): NCCL's NVLS algorithm is available inside a node."""
+    cpu_vendor: str = "intel"
+    """Host CPU vendor (``intel``, ``amd``, ``arm``): NCCL's tuner charges a per-step network posting
+    overhead and an LL bandwidth ceiling that depend on it."""
+    gpu_arch: str = "ampere"
+    """GPU generation as NCCL's tuner groups it (``volta``, ``ampere``, ``hopper``, ``blackwell``):
+    LL bandwidth ceiling in one node, NVLS efficiency, ring latency plateau."""
     sources: Mapping[str, str] = field(default_factory=dict)
     """Field name (or dotted path) -> where the figure comes from."""
 
@@ -247,6 +260,14 @@ class NodeSpec:
         check_positive("NodeSpec", "host_memory_GiB", self.host_memory_GiB)
         check_positive("NodeSpec", "host_adam_params_per_s", self.host_adam_params_per_s, allow_inf=True)
         check_int_at_least("NodeSpec", "nics_per_node", self.nics_per_node, 1)
+        if not isinstance(self.nvlink_sharp, bool):
+            raise FieldError("nvlink_sharp", self.nvlink_sharp, "must be true or false", owner="NodeSpec")
+        if self.nvlink_sharp and self.intra_fabric != "nvswitch":
+            raise FieldError("nvlink_sharp", self.nvlink_sharp,
+                             f"needs intra_fabric = 'nvswitch' (got {self.intra_fabric!r}); set it to false",
+                             owner="NodeSpec")
+        check_choice("NodeSpec", "cpu_vendor", self.cpu_vendor, CPU_VENDORS)
+        check_choice("NodeSpec", "gpu_arch", self.gpu_arch, GPU_ARCHS)
         _freeze_sources("NodeSpec", self)
 
     @property

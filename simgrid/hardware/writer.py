@@ -108,7 +108,8 @@ def _node(doc: _Document, node: NodeSpec, prefix: str, *, top: bool) -> None:
              "host_adam_params_per_s": float(node.host_adam_params_per_s), "nics_per_node": node.nics_per_node,
              # Gb/s as datasheets state NIC rates; * 8 is exact in binary floating point, so it round-trips.
              "nic_bandwidth_Gbps": float(node.nic_link.bandwidth_GBps) * 8,
-             "nic_latency_us": float(node.nic_link.latency_us), "nic_efficiency": float(node.nic_link.efficiency)}
+             "nic_latency_us": float(node.nic_link.latency_us), "nic_efficiency": float(node.nic_link.efficiency),
+             "nvlink_sharp": node.nvlink_sharp, "cpu_vendor": node.cpu_vendor, "gpu_arch": node.gpu_arch}
     if top:
         doc.pairs(items)
     else:

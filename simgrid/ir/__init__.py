@@ -47,12 +47,14 @@ from simgrid.ir.torch_csv import (
     Action,
     actions_from_csv,
     actions_to_csv,
+    cells_from_csv,
     comm_actions,
     compute_actions,
     from_csv,
     pipeline_ranks,
     to_csv,
     to_torch_csv,
+    with_reduce_grad,
 )
 from simgrid.ir.validate import validate_program
 
@@ -92,6 +94,7 @@ __all__ = [
     "actions_from_csv",
     "actions_to_csv",
     "block_name",
+    "cells_from_csv",
     "comm_actions",
     "compute_actions",
     "cost_by_kind",
@@ -114,4 +117,5 @@ __all__ = [
     "to_torch_csv",
     "unit_cost",
     "validate_program",
+    "with_reduce_grad",
 ]

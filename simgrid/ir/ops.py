@@ -29,6 +29,7 @@ CollectiveKind = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcas
 CommPurpose = Literal[
     "tp",  # tensor-parallel activation all-reduce / SP all-gather + reduce-scatter
     "cp",  # context-parallel key/value all-gather and key/value-gradient reduce-scatter
+    "ep",  # expert parallelism: MoE dispatch/combine all-to-alls and expert tensor-parallel gathers
     "dp-grad",  # data-parallel gradient all-reduce (DDP buckets)
     "zero-grad",  # ZeRO gradient reduce-scatter
     "zero-param",  # ZeRO parameter all-gather (ZeRO-3 before use; ZeRO-1/2 after the step)
@@ -37,7 +38,7 @@ CommPurpose = Literal[
     "embed-grad",  # tied embedding gradient all-reduce between first and last pipeline stage
     "sync",  # barriers and other control
 ]
-"""Why a collective happens; metrics group exposed time by purpose (tp, cp, pp, dp)."""
+"""Why a collective happens; metrics group exposed time by purpose (tp, cp, ep, pp, dp)."""
 
 MemoryCategory = Literal["weights", "grads", "optimizer", "activations", "comm"]
 TransferDirection = Literal["d2h", "h2d"]

@@ -16,20 +16,24 @@ from simgrid.errors import LayoutError
 if TYPE_CHECKING:
     from simgrid.model.spec import ModelSpec
 
-ScheduleName = Literal["none", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv"]
+ScheduleName = Literal["none", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "interleaved-zb", "looped-bfs",
+                       "dualpipev"]
 RecomputePolicy = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp32"]
 OptimizerName = Literal["adam", "adam-8bit", "sgd"]
 DataParallelMode = Literal["allreduce", "parameter-server"]
+ZeroImpl = Literal["deepspeed", "fsdp2"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
 DP_MODES: tuple[str, ...] = get_args(DataParallelMode)
+ZERO_IMPLS: tuple[str, ...] = get_args(ZeroImpl)
 
-#: Schedules that place more than one model chunk on each pipeline rank, and how many they need.
-CHUNKED_SCHEDULES = {"interleaved-1f1b": None, "zbv": 2}
+#: Schedules that place more than one model chunk on each pipeline rank, and how many they need
+#: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
+CHUNKED_SCHEDULES = {"interleaved-1f1b": None, "zbv": 2, "interleaved-zb": None, "looped-bfs": None, "dualpipev": 2}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,8 +50,16 @@ class Layout:
     """Context-parallel degree: each rank of a CP group holds ``seq_length / cp`` tokens of every sequence and
     all-gathers the keys and values of the others for attention (Llama 3's all-gather context
     parallelism, Dubey et al. 2024, section 3.3.2). Parameters are replicated over the CP group."""
+    ep: int = 1
+    """Expert-parallel degree (MoE models): each rank of an EP group holds ``num_experts / ep`` experts and
+    all-to-alls tokens to them. With MoE parallel folding (Megatron-Core) the experts lay ``etp x ep x edp``
+    over the same ``tp x cp x dp`` ranks of a pipeline stage that attention uses (:class:`~.mesh.Mesh`)."""
+    etp: int | None = None
+    """Expert tensor-parallel degree: each expert's MLP is split over ``etp`` ranks; ``None`` means ``tp``
+    (Megatron-Core's default for ``--expert-tensor-parallel-size``)."""
     vpp: int = 1
-    """Model chunks per pipeline rank (virtual stages): >1 for interleaved 1F1B, 2 for ZBV."""
+    """Model chunks per pipeline rank (virtual stages): >1 for interleaved 1F1B and interleaved ZB, >= 1 for
+    looped BFS, 2 for ZBV and DualPipeV."""
     zero: int = 0
     """ZeRO stage 0-3: 1 shards optimizer states, 2 also gradients, 3 also parameters."""
     micro_batch_size: int = 1
@@ -75,14 +87,21 @@ class Layout:
     bucket_size_MB: float = 25.0
     """Gradient bucket size for overlapped data-parallel sync (PyTorch DDP default 25 MB)."""
     zero3_prefetch_depth: int = 1
-    """Layers whose parameters ZeRO-3 gathers ahead of use."""
+    """FSDP2: gather units (layers) whose parameters ZeRO-3 gathers ahead of use (FSDP2's implicit forward
+    and default backward prefetch is 1). DeepSpeed prefetches by its bucket size instead."""
+    zero_impl: ZeroImpl = "deepspeed"
+    """How ZeRO-3 gathers and reduces (simgrid.model.zero3_units): ``deepspeed`` (ZeRO stage 3,
+    per-module gathers with its default prefetch, reuse and bucket sizes) or ``fsdp2`` (PyTorch
+    ``fully_shard`` per transformer layer). Only read when ``zero = 3``."""
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient sync with the backward, bucket by bucket (PyTorch DDP); False
     syncs every bucket after the last backward (Megatron-LM 2021's ``--DDP-impl local``)."""
 
     def __post_init__(self) -> None:
-        for field in ("dp", "tp", "pp", "cp", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
+        for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
             _positive_int(field, getattr(self, field))
+        if self.etp is not None:
+            _positive_int("etp", self.etp)
         if self.global_batch_size is not None:
             _positive_int("global_batch_size", self.global_batch_size)
         if not isinstance(self.zero, int) or isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
@@ -92,6 +111,7 @@ class Layout:
         _choice("precision", self.precision, PRECISIONS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("dp_mode", self.dp_mode, DP_MODES)
+        _choice("zero_impl", self.zero_impl, ZERO_IMPLS)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce"):
             if not isinstance(getattr(self, flag), bool):
                 raise LayoutError(f"layout: {flag} = {getattr(self, flag)!r} must be true or false")
@@ -114,6 +134,17 @@ class Layout:
         """Ranks holding the same parameters: ``dp * cp``. Gradients are summed, and ZeRO shards, over them
         (each context-parallel rank's gradients cover only its part of every sequence)."""
         return self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel degree with the default (``tp``) applied."""
+        return self.etp if self.etp is not None else self.tp
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel degree: ranks of a pipeline stage holding the same expert shard,
+        ``tp * cp * dp / (ep * etp)``; expert gradients are summed, and ZeRO shards expert states, over them."""
+        return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
 
     @property
     def gbs(self) -> int:
@@ -145,6 +176,13 @@ class Layout:
         from simgrid.limits import check_world_size
 
         check_world_size(self.world_size, what=f"layout dp * tp * pp * cp = {self.dp} * {self.tp} * {self.pp} * {self.cp}")
+        stage_ranks = self.tp * self.cp * self.dp
+        if stage_ranks % (self.ep * self.expert_tp):
+            raise LayoutError(
+                f"layout: ep * etp = {self.ep} * {self.expert_tp} must divide tp * cp * dp = {self.tp} * {self.cp} * "
+                f"{self.dp} = {stage_ranks} (MoE parallel folding lays the experts over the ranks of one pipeline "
+                "stage); change ep or etp (etp defaults to tp), or the dense degrees"
+            )
         if self.gbs % (self.micro_batch_size * self.dp):
             raise LayoutError(
                 f"layout: global_batch_size = {self.gbs} is not divisible by micro_batch_size * dp = "
@@ -162,28 +200,11 @@ class Layout:
                 f"layout: pp = {self.pp} needs a pipeline schedule; pick one of "
                 f"{', '.join(s for s in SCHEDULES if s != 'none')}"
             )
-        if self.schedule == "interleaved-1f1b":
-            if self.vpp < 2:
-                raise LayoutError(
-                    f"layout: schedule 'interleaved-1f1b' needs vpp >= 2 model chunks per rank, got "
-                    f"vpp = {self.vpp}; set vpp to 2 or more, or use '1f1b'"
-                )
-            if m % self.pp:
-                raise LayoutError(
-                    f"layout: interleaved 1F1B needs the micro-batch count ({m} = global batch {self.gbs} / "
-                    f"(micro-batch {self.micro_batch_size} * dp {self.dp})) to be a multiple of pp = "
-                    f"{self.pp}; change the global batch or the micro-batch size"
-                )
-        elif self.schedule == "zbv":
-            if self.vpp != 2:
-                raise LayoutError(
-                    f"layout: schedule 'zbv' places exactly 2 model chunks on each rank (a V shape); "
-                    f"got vpp = {self.vpp}; set vpp = 2"
-                )
-        elif self.vpp != 1:
+        problem = schedule_problem(str(self.schedule), self.pp, m, self.vpp)
+        if problem:
             raise LayoutError(
-                f"layout: vpp = {self.vpp} (virtual stages) only applies to 'interleaved-1f1b' and 'zbv'; "
-                f"schedule is {self.schedule!r}; set vpp = 1 or change the schedule"
+                f"layout: {problem} (m = global batch {self.gbs} / (micro-batch {self.micro_batch_size} * "
+                f"dp {self.dp}))" if "micro-batch" in problem else f"layout: {problem}"
             )
         if self.flash_attention and self.recompute == "selective":
             raise LayoutError(
@@ -230,6 +251,50 @@ class Layout:
         return cls(**data)
 
 
+#: Schedules that place two chunks per rank in a V (chunk 0 on stage ``r``, chunk 1 on ``2*pp - 1 - r``).
+V_SCHEDULES = ("zbv", "dualpipev")
+#: Schedules with ``vpp`` interleaved chunks per rank (stage ``s`` on rank ``s % pp``).
+INTERLEAVED_SCHEDULES = ("interleaved-1f1b", "interleaved-zb", "looped-bfs")
+
+
+def interleave_rounds(pp: int, num_microbatches: int) -> tuple[int, int]:
+    """``(rounds, micro-batches per round)`` of interleaving: ``max(1, m // pp)`` rounds of equal size
+    (torch 2.13 ``ScheduleInterleaved1F1B``; Megatron-LM's rounds of pp when pp divides m)."""
+    rounds = max(1, num_microbatches // pp)
+    return rounds, num_microbatches // rounds
+
+
+def schedule_problem(schedule: str, pp: int, num_microbatches: int, vpp: int) -> str | None:
+    """What stops ``schedule`` from running ``num_microbatches`` on ``pp`` ranks with ``vpp`` chunks each,
+    with the fix, or ``None``. The one place these rules live (Layout and the order generators ask it)."""
+    m = num_microbatches
+    if schedule in ("interleaved-1f1b", "interleaved-zb"):
+        if vpp < 2:
+            plain = "'1f1b'" if schedule == "interleaved-1f1b" else "'zb-h1'"
+            return (f"schedule {schedule!r} needs vpp >= 2 model chunks per rank, got vpp = {vpp}; set vpp to 2 or "
+                    f"more, or use {plain}")
+        rounds, _ = interleave_rounds(pp, m)
+        if m % rounds:
+            # Micro-batches walk the chunks in rounds of equal size; a partial last round would make a
+            # chunk wait for micro-batches that never arrive.
+            good = [n for n in range(1, 2 * (m + pp)) if n % interleave_rounds(pp, n)[0] == 0]
+            lower = max(n for n in good if n < m)
+            upper = min(n for n in good if n > m)
+            return (f"schedule {schedule!r} runs the micro-batch count m = {m} in max(1, m // pp) = {rounds} rounds "
+                    f"of equal size (pp = {pp}), and {rounds} does not divide {m}; use m = {lower} or {upper}")
+    elif schedule in V_SCHEDULES:
+        if vpp != 2:
+            return (f"schedule {schedule!r} places exactly 2 model chunks on each rank (a V shape); got vpp = "
+                    f"{vpp}; set vpp = 2")
+        if schedule == "dualpipev" and m < 2 * pp:
+            return (f"schedule 'dualpipev' needs a micro-batch count of at least 2 * pp = {2 * pp} (one per stage), "
+                    f"got m = {m}; raise the global batch or use 'zbv'")
+    elif schedule != "looped-bfs" and vpp != 1:
+        return (f"vpp = {vpp} (virtual stages) only applies to {', '.join(repr(s) for s in CHUNKED_SCHEDULES)}; "
+                f"schedule is {schedule!r}; set vpp = 1 or change the schedule")
+    return None
+
+
 def check_layout(model: ModelSpec, layout: Layout) -> None:
     """Check the rules that need both the model and the layout; raise :class:`LayoutError`."""
     if model.num_heads % layout.tp:
@@ -257,11 +322,55 @@ def check_layout(model: ModelSpec, layout: Layout) -> None:
             f"so causal attention work is balanced) but the sequence length {model.seq_length} is not a "
             f"multiple of {2 * layout.cp}; use a cp whose double divides {model.seq_length}"
         )
+    _check_experts(model, layout)
     local_seq = model.seq_length // layout.cp
     if layout.sequence_parallel and local_seq % layout.tp:
         raise LayoutError(
             f"layout: sequence parallel needs tp = {layout.tp} to divide the sequence length "
             f"{model.seq_length}" + (f" / cp {layout.cp} = {local_seq}" if layout.cp > 1 else "")
+        )
+
+
+def _check_experts(model: ModelSpec, layout: Layout) -> None:
+    """Expert-parallel rules: degrees fit the experts, and the MoE token layout Megatron-Core requires."""
+    moe = model.moe
+    if moe is None:
+        if layout.ep > 1 or (layout.etp is not None and layout.etp > 1):
+            raise LayoutError(
+                f"layout: ep = {layout.ep}, etp = {layout.etp} split experts, but {model.name!r} is a dense model "
+                "with none; set ep = 1 and leave etp unset, or pick a MoE model"
+            )
+        return
+    if moe.num_experts % layout.ep:
+        raise LayoutError(
+            f"layout: ep = {layout.ep} does not divide the {moe.num_experts} experts of {model.name!r}; use an ep "
+            f"that divides {moe.num_experts}"
+        )
+    if moe.expert_ffn_hidden_size % layout.expert_tp:
+        raise LayoutError(
+            f"layout: etp = {layout.expert_tp} does not divide the expert width {moe.expert_ffn_hidden_size} of "
+            f"{model.name!r}; use an etp that divides it (etp defaults to tp)"
+        )
+    shared = moe.shared_expert_ffn_hidden_size
+    if shared % layout.tp:
+        raise LayoutError(
+            f"layout: tp = {layout.tp} does not divide the shared-expert width {shared} of {model.name!r}; the "
+            "shared expert is split like the dense MLP"
+        )
+    if layout.tp > 1 and not layout.sequence_parallel:
+        raise LayoutError(
+            f"layout: a MoE model with tp = {layout.tp} needs sequence parallelism (Megatron-Core requires it: the "
+            "MoE layer routes each rank's sequence shard); turn sequence parallelism on"
+        )
+    if layout.dp_mode == "parameter-server":
+        raise LayoutError(
+            "layout: dp_mode 'parameter-server' is not modelled for MoE models (expert gradients sync over the "
+            "expert data-parallel group); use dp_mode 'allreduce'"
+        )
+    if layout.zero >= 2:
+        raise LayoutError(
+            f"layout: zero = {layout.zero} is not modelled for MoE models; use zero 0 or 1 (ZeRO-1 shards the "
+            "expert optimizer states over the expert data-parallel group, as Megatron's distributed optimizer does)"
         )
 
 

@@ -8,6 +8,7 @@ from simgrid.memory.activations import (
 )
 from simgrid.memory.buffers import comm_buffer_bytes
 from simgrid.memory.estimate import GPULike, MemoryEstimate, StageMemory, estimate_memory, stage_memory
+from simgrid.memory.headroom import DEFAULT_HEADROOM, MemoryHeadroom
 from simgrid.memory.states import (
     OPTIMIZER_STATE_BYTES,
     ModelStates,
@@ -22,10 +23,12 @@ from simgrid.memory.states import (
 from simgrid.memory.suggest import LayoutSuggestion, suggest_layouts
 
 __all__ = [
+    "DEFAULT_HEADROOM",
     "OPTIMIZER_STATE_BYTES",
     "GPULike",
     "LayoutSuggestion",
     "MemoryEstimate",
+    "MemoryHeadroom",
     "ModelStates",
     "StageMemory",
     "StateBytesPerParam",

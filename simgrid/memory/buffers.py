@@ -7,11 +7,20 @@ What we count (each a fixed-size buffer the program builder allocates with categ
   double-buffered reduce bucket and overlapped DDP do (PyTorch DDP's ``bucket_cap_mb`` is in MiB). The
   gradients themselves are counted as grads, assuming they live in the bucket storage
   (``gradient_as_bucket_view`` / Megatron's contiguous grad buffer). Capped at the rank's gradient bytes.
-* ``zero3-gather``: with ZeRO-3, the full (tensor-parallel share of the) weights of the block in use plus
-  ``zero3_prefetch_depth`` prefetched blocks, gathered from their shards (Rajbhandari et al. 2020, section
-  5.3); we size each slot by the largest block of the rank.
+* ``zero3-gather`` and ``zero3-grads``: with ZeRO-3, gathered (tensor-parallel shares of) weights and
+  unsharded gradient buffers, as the implementation holds them (simgrid.model.zero3_units).
+  FSDP2: the root unit (embedding, final norm, output layer: kept from the forward to the end of the
+  backward) plus the layer in use and ``zero3_prefetch_depth`` prefetched layers; gradients of the root
+  and of two layers (one reducing, one filling). DeepSpeed: the modules kept for reuse within
+  ``stage3_max_reuse_distance`` plus the prefetch bucket and the largest module (capped at the rank's
+  partitioned parameters); two reduce buckets of gradients.
 * ``pp-p2p``: with pipeline parallelism, one activation and one gradient tensor in transit
   (:func:`simgrid.model.p2p_bytes` each), the receive buffers of the pipeline sends.
+* ``ep-dispatch``: MoE with ep or etp > 1, the all-to-all dispatcher's permuted send buffer and received
+  tokens of one MoE sub-block (:func:`simgrid.model.moe.dispatcher_buffer_bytes`; one block at a time, as the
+  program allocates them).
+* ``edp-buckets``: MoE with expert data parallelism (edp > 1), two expert-gradient buckets in flight, capped
+  at the rank's expert gradient bytes, as ``dp-buckets`` for the dense gradients.
 
 Not counted: the CUDA context, allocator fragmentation, cuBLAS workspaces and transient all-gathered
 inputs of sequence parallelism.
@@ -19,11 +28,15 @@ inputs of sequence parallelism.
 
 from __future__ import annotations
 
+import dataclasses
+
 from simgrid.layout.spec import Layout
-from simgrid.memory.states import stage_block_groups, stage_state_bytes
+from simgrid.memory.states import block_state_bytes, stage_block_groups, stage_state_bytes, state_bytes_per_param
 from simgrid.model.blocks import p2p_bytes, stages_of_rank
 from simgrid.model.cost import block_cost
+from simgrid.model.moe import dispatcher_buffer_bytes
 from simgrid.model.spec import ModelSpec
+from simgrid.model.zero3_units import DEEPSPEED, fsdp2_unit, partitioned_modules, tied_head_params, unit_params
 
 #: Buckets in flight for overlapped gradient sync (one reducing, one filling).
 DP_BUCKETS_IN_FLIGHT = 2
@@ -39,12 +52,45 @@ def comm_buffer_bytes(model: ModelSpec, layout: Layout, pp_rank: int = 0) -> dic
         bucket = int(layout.bucket_size_MB * BYTES_PER_BUCKET_MB)
         buffers["dp-buckets"] = min(DP_BUCKETS_IN_FLIGHT * bucket, grads)
     if layout.zero == 3 and layout.grad_sync_size > 1:
-        largest = max(
-            block_cost(model, layout, block).param_count
-            for stage in stages_of_rank(layout, pp_rank)
-            for block, _ in stage_block_groups(model, layout, stage)
-        )
-        buffers["zero3-gather"] = (1 + layout.zero3_prefetch_depth) * largest * layout.param_bytes
+        buffers.update(_zero3_buffers(model, layout))
     if layout.pp > 1:
         buffers["pp-p2p"] = 2 * p2p_bytes(model, layout)
+    dispatch = dispatcher_buffer_bytes(model, layout)
+    if dispatch:
+        buffers["ep-dispatch"] = dispatch
+    if model.moe is not None and layout.edp > 1:
+        expert_grads = sum(
+            block_cost(model, layout, block).expert_param_count * copies
+            for stage in stages_of_rank(layout, pp_rank)
+            for block, copies in stage_block_groups(model, layout, stage)
+        ) * layout.param_bytes
+        if expert_grads:
+            bucket = int(layout.bucket_size_MB * BYTES_PER_BUCKET_MB)
+            buffers["edp-buckets"] = min(DP_BUCKETS_IN_FLIGHT * bucket, expert_grads)
     return buffers
+
+
+def zero3_grad_bytes(model: ModelSpec, layout: Layout, blocks: tuple[int, ...]) -> int:
+    """Unsharded gradient bytes of the blocks of one ZeRO-3 reduce-scatter (a tied embedding's once)."""
+    unsharded = dataclasses.replace(layout, zero=min(layout.zero, 1))
+    own = sum(block_state_bytes(model, unsharded, b).grads_bytes for b in blocks)
+    tied = 0 if 0 in blocks else sum(tied_head_params(model, layout, b) for b in blocks)
+    return int(own + tied * state_bytes_per_param(layout).grads)
+
+
+def _zero3_buffers(model: ModelSpec, layout: Layout) -> dict[str, int]:
+    """Gathered-parameter and gradient buffers of ZeRO-3 (pp = 1: one stage holds every block)."""
+    blocks = tuple(range(2 * model.num_layers + 2))
+    grad_bytes = state_bytes_per_param(layout).grads
+    if layout.zero_impl == "fsdp2":
+        root = fsdp2_unit(model, 0)
+        layers = {fsdp2_unit(model, b) for b in blocks} - {root}
+        largest = max((unit_params(model, layout, u) for u in layers), default=0)
+        largest_grads = max((zero3_grad_bytes(model, layout, u) for u in layers), default=0)
+        gather = (unit_params(model, layout, root) + (1 + layout.zero3_prefetch_depth) * largest) * layout.param_bytes
+        return {"zero3-gather": gather, "zero3-grads": zero3_grad_bytes(model, layout, root) + 2 * largest_grads}
+    modules = list(dict(m for b in blocks for m in partitioned_modules(model, layout, b)).values())  # tied once
+    window = DEEPSPEED.max_reuse_numel + DEEPSPEED.prefetch_bucket_numel + max(modules, default=0)
+    total_grads = zero3_grad_bytes(model, layout, blocks)
+    return {"zero3-gather": min(sum(modules), window) * layout.param_bytes,
+            "zero3-grads": min(total_grads, 2 * DEEPSPEED.reduce_bucket_numel * grad_bytes)}

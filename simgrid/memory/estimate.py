@@ -3,8 +3,9 @@
 Total per rank = model states (:mod:`~simgrid.memory.states`) + peak saved activations
 (:mod:`~simgrid.memory.activations`) + communication buffers (:mod:`~simgrid.memory.buffers`). All
 tensor-parallel and data-parallel ranks of one pipeline rank are identical, so the worst rank is the
-worst pipeline rank. ``fits`` compares the total with the GPU's whole capacity; it leaves no headroom for
-the CUDA context or fragmentation (typically 0.5-2 GB), so "fits" with a few percent to spare is tight.
+worst pipeline rank. ``fits`` compares the total with the capacity less a reserve for the CUDA context
+and allocator fragmentation (:mod:`~simgrid.memory.headroom`, sourced and configurable), and ``verdict``
+says ``tight`` when it fits by less than 5% of capacity.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from simgrid.errors import LayoutError
 from simgrid.layout.spec import Layout, check_layout
 from simgrid.memory.activations import activation_memory_bytes
 from simgrid.memory.buffers import comm_buffer_bytes
+from simgrid.memory.headroom import DEFAULT_HEADROOM, MemoryHeadroom, Verdict
 from simgrid.memory.states import stage_state_bytes
 from simgrid.model.spec import ModelSpec
 
@@ -85,9 +87,20 @@ class MemoryEstimate:
     capacity_bytes: int | None = None
     """GPU memory capacity; ``None`` when no GPU was given."""
     fits: bool | None = None
-    """``total_bytes <= capacity_bytes``; ``None`` when no GPU was given."""
+    """``total_bytes <= usable_bytes`` (capacity less the reserve); ``None`` when no GPU was given."""
     gpu_name: str | None = None
     """Name of the GPU compared against."""
+    reserved_bytes: int | None = None
+    """GPU memory kept free for the CUDA context and allocator fragmentation; ``None`` without a GPU."""
+    verdict: Verdict | None = None
+    """``fits``, ``tight`` (fits by less than 5% of capacity) or ``does not fit``; ``None`` without a GPU."""
+
+    @property
+    def usable_bytes(self) -> int | None:
+        """Capacity less the reserve: what tensors may use."""
+        if self.capacity_bytes is None or self.reserved_bytes is None:
+            return None
+        return max(0, self.capacity_bytes - self.reserved_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form (bytes as integers), the ``simgrid memory --json`` contract."""
@@ -108,7 +121,10 @@ class MemoryEstimate:
             ],
             "gpu": self.gpu_name,
             "capacity_bytes": self.capacity_bytes,
+            "reserved_bytes": self.reserved_bytes,
+            "usable_bytes": self.usable_bytes,
             "fits": self.fits,
+            "verdict": self.verdict,
         }
 
 
@@ -128,8 +144,10 @@ def stage_memory(model: ModelSpec, layout: Layout) -> list[StageMemory]:
     return stages
 
 
-def estimate_memory(model: ModelSpec, layout: Layout, gpu: GPULike | None = None) -> MemoryEstimate:
-    """Analytic memory of the run; with ``gpu`` also its capacity and whether the worst rank fits."""
+def estimate_memory(model: ModelSpec, layout: Layout, gpu: GPULike | None = None, *,
+                    headroom: MemoryHeadroom = DEFAULT_HEADROOM) -> MemoryEstimate:
+    """Analytic memory of the run; with ``gpu`` also its capacity and whether the worst rank fits in it
+    with ``headroom`` kept free (``MemoryHeadroom.fixed(0)`` compares with the whole capacity)."""
     per_stage = stage_memory(model, layout)
     worst = max(per_stage, key=lambda s: s.total_bytes)
     capacity: int | None = None
@@ -149,6 +167,8 @@ def estimate_memory(model: ModelSpec, layout: Layout, gpu: GPULike | None = None
         worst_pp_rank=worst.pp_rank,
         host_bytes=max(s.host_bytes for s in per_stage),
         capacity_bytes=capacity,
-        fits=None if capacity is None else worst.total_bytes <= capacity,
+        fits=None if capacity is None else worst.total_bytes <= headroom.usable_bytes(capacity),
         gpu_name=None if gpu is None else str(getattr(gpu, "name", "gpu")),
+        reserved_bytes=None if capacity is None else headroom.reserved_bytes(capacity),
+        verdict=None if capacity is None else headroom.verdict(worst.total_bytes, capacity),
     )

@@ -17,7 +17,9 @@ sgd (momentum), fp32          4        4      4 = momentum 4
 ============================  =======  =====  =================================================
 
 ZeRO over the ``dp`` replicas (section 5): stage 1 shards the optimizer states, stage 2 also the
-gradients, stage 3 also the weights; a shard is ``ceil(bytes / dp)``.
+gradients, stage 3 also the weights; a shard is ``ceil(bytes / dp)``. A MoE sub-block's routed experts are
+already split ``1 / (ep * etp)`` and replicated over the expert data-parallel group only, so ZeRO shards
+their states over ``edp`` (Megatron-Core's distributed optimizer over the expert data-parallel group).
 
 Optimizer offload (Ren et al. 2021, ZeRO-Offload, section 4.1): the GPU keeps the working (16-bit)
 weights and gradients, sharded as the ZeRO stage says, and no optimizer states; the host keeps the
@@ -35,6 +37,7 @@ from simgrid.errors import LayoutError
 from simgrid.layout.spec import Layout
 from simgrid.model.blocks import stage_blocks, stages_of_rank
 from simgrid.model.cost import block_cost
+from simgrid.model.moe import is_moe_block
 from simgrid.model.spec import ModelSpec
 
 #: Optimizer-state bytes per parameter (master copy included when training in mixed precision).
@@ -115,14 +118,16 @@ def state_bytes_per_param(layout: Layout) -> StateBytesPerParam:
                               optimizer=0 if layout.offload_optimizer else optimizer, host=host)
 
 
-def model_states_for_params(n_params: float, layout: Layout) -> ModelStates:
-    """States of ``n_params`` parameters on one rank under the layout's ZeRO stage over ``dp`` replicas."""
+def model_states_for_params(n_params: float, layout: Layout, *, replicas: int | None = None) -> ModelStates:
+    """States of ``n_params`` parameters on one rank under the layout's ZeRO stage over ``replicas`` ranks
+    holding the same parameters (default the data-parallel group, ``dp * cp``)."""
     if n_params < 0:
         raise LayoutError(f"parameter count {n_params} must be >= 0")
     per = state_bytes_per_param(layout)
+    group = layout.grad_sync_size if replicas is None else replicas
 
     def shard(total: float, from_stage: int) -> int:
-        return math.ceil(total / layout.grad_sync_size) if layout.zero >= from_stage else math.ceil(total)
+        return math.ceil(total / group) if layout.zero >= from_stage else math.ceil(total)
 
     return ModelStates(
         weights_bytes=shard(n_params * per.weights, 3),
@@ -138,7 +143,11 @@ def block_state_bytes(model: ModelSpec, layout: Layout, block: int) -> ModelStat
     Summing this over the blocks of a pipeline rank gives :func:`stage_state_bytes`; the program builder
     allocates exactly these sizes.
     """
-    return model_states_for_params(block_cost(model, layout, block).param_count, layout)
+    cost = block_cost(model, layout, block)
+    dense = model_states_for_params(cost.param_count - cost.expert_param_count, layout)
+    if not cost.expert_param_count:
+        return dense
+    return dense + model_states_for_params(cost.expert_param_count, layout, replicas=layout.edp)
 
 
 def stage_state_bytes(model: ModelSpec, layout: Layout, pp_rank: int) -> ModelStates:
@@ -156,7 +165,8 @@ def model_state_bytes(model: ModelSpec, layout: Layout) -> ModelStates:
 
 
 def stage_block_groups(model: ModelSpec, layout: Layout, stage: int) -> list[tuple[int, int]]:
-    """Blocks of a stage as (representative block, copies): every layer's sub-blocks cost the same."""
+    """Blocks of a stage as (representative block, copies): sub-blocks of one kind cost the same (attention;
+    dense MLP; MoE MLP)."""
     blocks = stage_blocks(model, layout, stage)
     last = 2 * model.num_layers + 1
     groups: list[tuple[int, int]] = []
@@ -166,7 +176,11 @@ def stage_block_groups(model: ModelSpec, layout: Layout, stage: int) -> list[tup
     if layer_blocks:
         # Layer blocks come in (attention, MLP) pairs starting at an odd index.
         groups.append((layer_blocks[0], len(layer_blocks) // 2))
-        groups.append((layer_blocks[0] + 1, len(layer_blocks) // 2))
+        mlps = layer_blocks[1::2]
+        for moe in (False, True):
+            kind = [b for b in mlps if is_moe_block(model, b) == moe]
+            if kind:
+                groups.append((kind[0], len(kind)))
     if blocks.stop == last + 1:
         groups.append((last, 1))
     return groups

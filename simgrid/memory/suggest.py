@@ -3,13 +3,16 @@
 The search varies the knobs that trade memory for GPUs or speed, one family at a time: ZeRO stage 0-3,
 data-parallel degree, tensor parallelism (<= 8, within one node, with sequence parallelism), pipeline
 parallelism (1F1B), context parallelism (up to :data:`MAX_SUGGESTED_CP`, with the user's tp and pp, and
-only when activations are the largest part: it splits every activation of a long sequence), activation
-recompute, FlashAttention, optimizer offload and
-8-bit Adam, up to ``max_gpus`` GPUs.
+only when activations are the largest part: it splits every activation of a long sequence), expert
+parallelism for MoE models (powers of two dividing the expert count, on the user's tp, pp and cp: it splits
+the experts' weights, gradients and optimizer states over more ranks), activation recompute,
+FlashAttention, optimizer offload and 8-bit Adam, up to ``max_gpus`` GPUs.
 For each combination of changed knobs it keeps the fitting variant with the fewest GPUs, then ranks the
 recipes: those within the user's own GPU count first, fewest changed settings first (someone with 8 GPUs
 who only needs FlashAttention and recompute hears that before being offered one GPU and CPU offload);
 then those that need more GPUs, fewest GPUs first. Ties go to fewer GPUs, then less memory.
+A recipe fits when it stays within the GPU's capacity less the headroom of
+:mod:`~simgrid.memory.headroom` (CUDA context and allocator fragmentation), as the verdict does.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import NamedTuple
 from simgrid.errors import LayoutError, SimgridError
 from simgrid.layout.spec import Layout, OptimizerName, check_layout
 from simgrid.memory.estimate import GPULike, estimate_memory
+from simgrid.memory.headroom import DEFAULT_HEADROOM, MemoryHeadroom
 from simgrid.model.spec import ModelSpec
 
 #: Largest tensor-parallel degree suggested: TP traffic needs the intra-node fabric (8 GPUs per node).
@@ -41,11 +45,12 @@ class LayoutSuggestion(NamedTuple):
 
 
 def suggest_layouts(model: ModelSpec, layout: Layout, gpu: GPULike, max_gpus: int = 64,
-                    limit: int = 5) -> list[LayoutSuggestion]:
-    """Up to ``limit`` layouts that fit ``gpu``, using at most ``max_gpus`` GPUs (empty if none does)."""
+                    limit: int = 5, *, headroom: MemoryHeadroom = DEFAULT_HEADROOM) -> list[LayoutSuggestion]:
+    """Up to ``limit`` layouts that fit ``gpu`` with ``headroom`` kept free, using at most ``max_gpus``
+    GPUs (empty if none does)."""
     if max_gpus < 1 or limit < 1:
         raise LayoutError(f"max_gpus = {max_gpus} and limit = {limit} must be >= 1")
-    capacity = int(gpu.memory_bytes)
+    capacity = headroom.usable_bytes(int(gpu.memory_bytes))
     # Per kind of change (which knobs moved, not by how much) keep the variant with the fewest GPUs, so
     # the answer offers distinct recipes (e.g. offload on 2 GPUs, ZeRO-3 on 8) rather than near-copies.
     best: dict[frozenset[str], tuple[int, int, int, LayoutSuggestion]] = {}
@@ -94,12 +99,16 @@ def _candidates(model: ModelSpec, base: Layout, max_gpus: int, *, vary_cp: bool)
         optimizers.append("adam-8bit")
     cps = sorted({base.cp, *(c for c in _powers_of_two(MAX_SUGGESTED_CP) if model.seq_length % (2 * c) == 0)
                   } if vary_cp else {base.cp})
+    experts = model.moe.num_experts if model.moe is not None else 1
+    eps = sorted({base.ep, *(e for e in _powers_of_two(min(experts, max_gpus)) if experts % e == 0)})
     out: list[Layout] = []
-    for tp, pp, cp, dp, zero, recompute, flash, offload, optimizer in itertools.product(
-        tps, pps, cps, dps, range(4), recomputes, flashes, offloads, optimizers
+    for tp, pp, cp, ep, dp, zero, recompute, flash, offload, optimizer in itertools.product(
+        tps, pps, cps, eps, dps, range(4), recomputes, flashes, offloads, optimizers
     ):
         if cp != base.cp and (tp != base.tp or pp != base.pp):
             continue  # context parallelism is offered on the user's own tp and pp (keeps the search small)
+        if ep != base.ep and (tp != base.tp or pp != base.pp or cp != base.cp):
+            continue  # so is expert parallelism, on the user's tp, pp and cp
         if tp * pp * cp * dp > max_gpus or (zero >= 2 and pp > 1) or (dp * cp == 1 and zero != base.zero):
             continue  # one data-parallel rank has nothing to shard: a changed ZeRO stage there is no recipe
         if offload and optimizer != base.optimizer:
@@ -111,7 +120,7 @@ def _candidates(model: ModelSpec, base: Layout, max_gpus: int, *, vary_cp: bool)
         gbs += (-gbs) % step
         try:
             candidate = dataclasses.replace(
-                base, tp=tp, pp=pp, cp=cp, dp=dp, zero=zero, recompute=recompute, flash_attention=flash,
+                base, tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, zero=zero, recompute=recompute, flash_attention=flash,
                 offload_optimizer=offload,
                 optimizer=optimizer, global_batch_size=gbs,
                 sequence_parallel=base.sequence_parallel if tp == base.tp else tp > 1,
@@ -128,7 +137,7 @@ def _candidates(model: ModelSpec, base: Layout, max_gpus: int, *, vary_cp: bool)
 
 def _changes(base: Layout, new: Layout) -> list[str]:
     changes = []
-    for field, label in (("dp", "dp"), ("tp", "tp"), ("pp", "pp"), ("cp", "cp")):
+    for field, label in (("dp", "dp"), ("tp", "tp"), ("pp", "pp"), ("cp", "cp"), ("ep", "ep")):
         if getattr(new, field) != getattr(base, field):
             changes.append(f"{label}={getattr(new, field)}")
     if new.sequence_parallel != base.sequence_parallel:

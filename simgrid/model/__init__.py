@@ -39,7 +39,15 @@ from simgrid.model.params import (
     non_embedding_params,
     param_count,
 )
-from simgrid.model.presets import MODEL_ALIASES, get_model, list_models, model_from_params, model_names
+from simgrid.model.presets import (
+    MODEL_ALIASES,
+    get_model,
+    list_models,
+    model_from_params,
+    model_names,
+    params_granularity,
+    params_note,
+)
 from simgrid.model.spec import ModelSpec
 
 __all__ = [
@@ -80,6 +88,8 @@ __all__ = [
     "num_model_blocks",
     "p2p_bytes",
     "param_count",
+    "params_granularity",
+    "params_note",
     "rank_of_stage",
     "stage_blocks",
     "stage_layer_counts",

@@ -35,6 +35,7 @@ from __future__ import annotations
 from simgrid.errors import ModelError
 from simgrid.layout.spec import RecomputePolicy
 from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_seq_length, local_vocab
+from simgrid.model.moe import is_moe_block, moe_activation_bytes
 from simgrid.model.spec import ModelSpec
 
 #: Bytes of one dropout mask element (PyTorch stores boolean/uint8 masks).
@@ -64,12 +65,14 @@ def block_activation_bytes(
     dropout: bool | None = None,
     flash_attention: bool = False,
     cp: int = 1,
+    etp: int = 1,
 ) -> int:
     """Bytes one sub-block keeps for backward, for one micro-batch on one tensor-parallel rank.
 
     ``cp``: the rank keeps its own ``s / cp`` tokens of every tensor; its attention probabilities are
     ``(s / cp) x s`` (its queries against all keys). The gathered keys and values are not kept: the
-    backward gathers them again (see :mod:`simgrid.model.comm`).
+    backward gathers them again (see :mod:`simgrid.model.comm`). A MoE sub-block is
+    :func:`simgrid.model.moe.moe_activation_bytes` (``etp``: its expert tensor-parallel degree).
     """
     if micro_batch_size <= 0 or tp <= 0 or dtype_bytes <= 0 or cp <= 0:
         raise ModelError(
@@ -95,6 +98,9 @@ def block_activation_bytes(
     if recompute == "full":
         # Only the layer input survives; it belongs to the layer's first sub-block.
         return per_rank_hidden * d if kind == "attn" else 0
+    if is_moe_block(model, block):
+        return moe_activation_bytes(model, micro_batch_size=b, tp=tp, cp=cp, etp=etp, dtype_bytes=d,
+                                    recompute=recompute, dropout_mask_bytes=mask)
 
     if kind == "attn":
         q_width = local_q_heads(model, tp) * model.head_dim

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Literal
 
 from simgrid.errors import LayoutError, ModelError
-from simgrid.layout.spec import Layout
+from simgrid.layout.spec import V_SCHEDULES, Layout
 from simgrid.model.spec import ModelSpec
 
 BlockKind = Literal["embed", "attn", "mlp", "head"]
@@ -45,6 +45,11 @@ def block_kind(model: ModelSpec, block: int) -> tuple[BlockKind, int]:
         return "head", -1
     layer, part = divmod(block - 1, 2)
     return ("attn" if part == 0 else "mlp"), layer
+
+
+def norm_params(model: ModelSpec) -> int:
+    """One normalisation layer: LayerNorm has a weight and a bias, RMSNorm only a weight."""
+    return (2 if model.norm == "layernorm" else 1) * model.hidden_size
 
 
 def local_q_heads(model: ModelSpec, tp: int) -> int:
@@ -153,7 +158,7 @@ def stages_of_rank(layout: Layout, pp_rank: int) -> list[int]:
     """Global stages (model chunks) placed on a pipeline rank, in chunk order."""
     if not isinstance(pp_rank, int) or not 0 <= pp_rank < layout.pp:
         raise LayoutError(f"layout: pipeline rank {pp_rank!r} is outside 0..{layout.pp - 1}")
-    if layout.schedule == "zbv":
+    if layout.schedule in V_SCHEDULES:
         return [pp_rank, 2 * layout.pp - 1 - pp_rank]
     return [pp_rank + chunk * layout.pp for chunk in range(layout.vpp)]
 
@@ -162,6 +167,6 @@ def rank_of_stage(layout: Layout, stage: int) -> int:
     """Pipeline rank that runs a global stage (inverse of :func:`stages_of_rank`)."""
     if not 0 <= stage < layout.num_stages:
         raise LayoutError(f"layout: stage = {stage!r} is outside 0..{layout.num_stages - 1}")
-    if layout.schedule == "zbv" and stage >= layout.pp:
+    if layout.schedule in V_SCHEDULES and stage >= layout.pp:
         return 2 * layout.pp - 1 - stage
     return stage % layout.pp

@@ -13,7 +13,9 @@ all-reduced in forward (reduce-scattered under sequence parallelism, whose backw
 gradient). Head: the output layer is column-parallel over the vocabulary with ``gather_output=False``, so
 its input-gradient is all-reduced in backward (sequence parallel: all-gather before, reduce-scatter after);
 the vocabulary-parallel cross entropy all-reduces three fp32 per-token tensors in forward: the logit max,
-the target logit and the sum of exponentials (Megatron-LM ``tensor_parallel/cross_entropy.py``).
+the target logit and the sum of exponentials (Megatron-LM ``tensor_parallel/cross_entropy.py``). A MoE
+sub-block has the dense MLP's collectives only for its shared expert (split like the dense MLP); its routed
+experts' all-to-alls are :func:`simgrid.model.moe.moe_collectives`.
 
 Sizes follow :class:`simgrid.ir.ops.Collective`: the larger of the input and output buffers, i.e. the full
 ``b s h`` tensor in the working dtype for all-gather and reduce-scatter too (``s`` is the rank's
@@ -35,6 +37,7 @@ from typing import Literal
 
 from simgrid.layout.spec import Layout
 from simgrid.model.blocks import block_kind, local_kv_heads, local_seq_length
+from simgrid.model.moe import is_moe_block
 from simgrid.model.spec import ModelSpec
 
 TPCollectiveKind = Literal["all_reduce", "all_gather", "reduce_scatter"]
@@ -88,6 +91,10 @@ def block_tp_collectives(model: ModelSpec, layout: Layout, block: int) -> tuple[
                     c("all_gather", "bwd", "before", "input-regather"),
                     c("reduce_scatter", "bwd", "after", "input-grad"))
         return (*loss, c("all_reduce", "bwd", "after", "input-grad"))
+    if is_moe_block(model, block) and not (model.moe and model.moe.shared_expert_ffn_hidden_size):
+        # The routed experts move tokens over the expert-parallel groups (simgrid.model.moe); only a shared
+        # expert, split like the dense MLP, talks over the tensor-parallel group.
+        return ()
     if sp:
         return (c("all_gather", "fwd", "before", "input"), c("reduce_scatter", "fwd", "after", "output"),
                 c("all_gather", "bwd", "before", "output-grad"), c("all_gather", "bwd", "before", "input-regather"),

@@ -17,7 +17,8 @@ from simgrid.model.blocks import block_kind
 from simgrid.model.comm import TPCollective, block_cp_collectives, block_tp_collectives
 from simgrid.model.flops import block_flops
 from simgrid.model.kernels import block_kernels
-from simgrid.model.params import block_params_on_rank
+from simgrid.model.moe import EPCollective, moe_collectives
+from simgrid.model.params import block_params_on_rank, expert_params_on_rank
 from simgrid.model.spec import ModelSpec
 
 
@@ -62,6 +63,12 @@ class BlockCost:
     """Of ``bwd_input_flops``, those inside the fused core's backward kernels; 0 with the unfused core."""
     fused_attention_recompute_flops: float = 0.0
     """Of ``recompute_flops``, those inside the fused core (a recompute reruns the core's forward)."""
+    expert_param_count: int = 0
+    """Of ``param_count``, the routed experts' parameters (synced and ZeRO-sharded over the expert
+    data-parallel group); 0 outside MoE sub-blocks."""
+    ep_comm: tuple[EPCollective, ...] = ()
+    """Expert-parallel collectives (dispatch/combine all-to-alls, expert-TP gathers); empty unless the block is
+    a MoE sub-block with ep or etp > 1."""
 
     @property
     def bwd_flops(self) -> float:
@@ -79,7 +86,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
     check_layout(model, layout)
     kind, _ = block_kind(model, block)
     flops = block_flops(model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
-                        flash_attention=layout.flash_attention, cp=layout.cp)
+                        flash_attention=layout.flash_attention, cp=layout.cp, etp=layout.expert_tp)
     kernels = block_kernels(model, layout, block)
     transformer = kind in ("attn", "mlp")
     if layout.recompute == "full" and transformer:
@@ -91,7 +98,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
     activations = block_activation_bytes(
         model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
         sequence_parallel=layout.sequence_parallel, recompute=layout.recompute, dtype_bytes=layout.param_bytes,
-        flash_attention=layout.flash_attention, cp=layout.cp,
+        flash_attention=layout.flash_attention, cp=layout.cp, etp=layout.expert_tp,
     )
     # A fused core's FLOPs are priced at the GPU's attention-kernel efficiency (simgrid.costs.compute); the
     # unfused core's batched GEMMs keep the GEMM efficiency plus their s x s operand traffic (kernels.py).
@@ -117,4 +124,6 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         cp_comm=block_cp_collectives(model, layout, block),
         recompute_hbm_bytes=re_bytes,
         recompute_kernels=re_kernels,
+        expert_param_count=expert_params_on_rank(model, layout, block),
+        ep_comm=moe_collectives(model, layout, block),
     )

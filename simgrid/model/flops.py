@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from simgrid.errors import ModelError
 from simgrid.layout.spec import RecomputePolicy
 from simgrid.model.blocks import block_kind, local_q_heads, local_seq_length, local_vocab
+from simgrid.model.moe import is_moe_block, moe_block_flops, num_moe_layers
 from simgrid.model.params import matmul_params, mlp_in_width, qkv_width
 from simgrid.model.spec import ModelSpec
 
@@ -72,7 +73,8 @@ def causal_tile_fraction(seq_length: int) -> float:
 
 
 def block_flops(model: ModelSpec, block: int, *, micro_batch_size: int = 1, tp: int = 1,
-                flash_attention: bool = False, cp: int = 1) -> BlockFlops:
+                flash_attention: bool = False, cp: int = 1, etp: int = 1,
+                routed_factor: float | None = None) -> BlockFlops:
     """Matmul FLOPs of one sub-block (see module docstring for the convention).
 
     ``flash_attention``: the backward recomputes ``S = Q K^T`` before ``dV, dP, dQ, dK`` (Dao et al. 2022,
@@ -81,6 +83,8 @@ def block_flops(model: ModelSpec, block: int, *, micro_batch_size: int = 1, tp: 
     FLOPs the GPU executes, while the MFU numerator (:func:`model_flops_per_iteration`) keeps eq. 3's count.
     ``cp``: the rank holds ``s / cp`` query tokens that attend to all ``s`` keys (gathered from its context-
     parallel group), so every term is divided by ``cp``, the core's ``s^2`` as ``(s / cp) * s``.
+    A MoE sub-block is :func:`simgrid.model.moe.moe_block_flops` (``etp``: expert tensor-parallel degree;
+    ``routed_factor``: routed tokens over balanced, default the model's load imbalance).
     """
     if micro_batch_size <= 0 or tp <= 0 or cp <= 0:
         raise ModelError(f"micro_batch_size = {micro_batch_size}, tp = {tp} and cp = {cp} must be positive")
@@ -94,7 +98,7 @@ def block_flops(model: ModelSpec, block: int, *, micro_batch_size: int = 1, tp: 
         logits = 2.0 * tokens * h * local_vocab(model, tp)
         return BlockFlops(fwd=logits, bwd_input=logits, bwd_weight=logits, attention_core_fwd=0.0)
     if kind == "attn":
-        linear = 2.0 * tokens * h * qkv_width(model, tp) + 2.0 * tokens * (h // tp) * h
+        linear = 2.0 * tokens * h * qkv_width(model, tp) + 2.0 * tokens * (local_q_heads(model, tp) * model.head_dim) * h
         # Q K^T and P V: each 2 * s * s * head_dim per local head per sequence (eq. 3's 4 b s^2 h).
         core = 4.0 * micro_batch_size * s_q * s * local_q_heads(model, tp) * model.head_dim
         if flash_attention:
@@ -102,6 +106,10 @@ def block_flops(model: ModelSpec, block: int, *, micro_batch_size: int = 1, tp: 
         core_bwd = (2.5 if flash_attention else 2.0) * core
         return BlockFlops(fwd=linear + core, bwd_input=linear + core_bwd, bwd_weight=linear,
                           attention_core_fwd=core, attention_core_bwd=core_bwd)
+    if is_moe_block(model, block):
+        moe = moe_block_flops(model, micro_batch_size=micro_batch_size, tp=tp, cp=cp, etp=etp,
+                              routed_factor=routed_factor)
+        return BlockFlops(fwd=moe.fwd, bwd_input=moe.bwd_input, bwd_weight=moe.bwd_weight, attention_core_fwd=0.0)
     linear = 2.0 * tokens * h * mlp_in_width(model, tp) + 2.0 * tokens * (model.ffn_size // tp) * h
     return BlockFlops(fwd=linear, bwd_input=linear, bwd_weight=linear, attention_core_fwd=0.0)
 
@@ -114,16 +122,16 @@ def model_flops_per_iteration(model: ModelSpec, global_batch: int, *, recompute:
     6.3); with ``"full"`` it equals eq. 3 as printed, ``96 B s L h^2 (1 + s/(6h) + V/(16 L h))``. For
     gated MLPs and GQA it is the same count with the real matrix shapes. ``"selective"`` adds the attention
     core forward (``4 B s^2 h`` per layer); note Korthikanti's HFU formula adds ``12 B s^2 h`` per layer
-    (``s/(3h)`` instead of ``s/(6h)``), more than a rerun of the core forward costs.
+    (``s/(3h)`` instead of ``s/(6h)``), more than a rerun of the core forward costs. A MoE layer counts the
+    ``k`` experts each token is routed to with balanced routing (the load imbalance is not model work).
     """
     if global_batch <= 0:
         raise ModelError(f"global_batch = {global_batch} must be a positive number of sequences")
     total = 0.0
-    for block in _distinct_blocks(model):
-        f = block_flops(model, block, micro_batch_size=1)
+    for block, copies in _distinct_blocks(model):
+        f = block_flops(model, block, micro_batch_size=1, routed_factor=1.0)
         kind, _ = block_kind(model, block)
-        copies = model.num_layers if kind in ("attn", "mlp") else 1
-        per_sequence = f.fwd + f.bwd_input + f.bwd_weight + f.recompute(recompute, recomputable=copies > 1)
+        per_sequence = f.fwd + f.bwd_input + f.bwd_weight + f.recompute(recompute, recomputable=kind in ("attn", "mlp"))
         total += copies * per_sequence
     return total * global_batch
 
@@ -155,6 +163,15 @@ def flops_6n_attention(model: ModelSpec, global_batch: int) -> float:
     return per_token * tokens
 
 
-def _distinct_blocks(model: ModelSpec) -> tuple[int, ...]:
-    """Embedding, one attention, one MLP and the head: every layer has the same shapes."""
-    return (0, 1, 2, 2 * model.num_layers + 1)
+def _distinct_blocks(model: ModelSpec) -> tuple[tuple[int, int], ...]:
+    """(representative block, copies): embedding, attention, dense MLP, MoE MLP and head (layers of one kind
+    have the same shapes; a MoE model's dense layers come first)."""
+    moe_layers = num_moe_layers(model)
+    dense = model.num_layers - moe_layers
+    blocks = [(0, 1), (1, model.num_layers)]
+    if dense:
+        blocks.append((2, dense))
+    if moe_layers:
+        blocks.append((2 + 2 * dense, moe_layers))
+    blocks.append((2 * model.num_layers + 1, 1))
+    return tuple(blocks)

@@ -22,7 +22,8 @@ where ``E = T h d`` (divided by ``tp`` under sequence parallelism), ``S = a_loca
 batched GEMMs are memory-bound (2S forward, 4S backward; see the attention branch). The embedding is a gather (read + write ``T h d``), a
 position add and a dropout; the loss is Megatron's fp32 vocabulary-parallel cross entropy: forward
 cast (read ``d``, write 4), max (read 4), exp in place (read 4, write 4) and sum (read 4) per logit,
-backward subtract in place (read 4, write 4) and cast back (read 4, write ``d``).
+backward subtract in place (read 4, write 4) and cast back (read 4, write ``d``). A MoE layer's MLP
+sub-block is :func:`simgrid.model.moe.moe_traffic`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from typing import NamedTuple
 from simgrid.layout.spec import Layout
 from simgrid.model.activations import MASK_BYTES, SOFTMAX_STATS_BYTES, uses_dropout
 from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_seq_length, local_vocab
+from simgrid.model.moe import is_moe_block, moe_traffic
 from simgrid.model.params import mlp_in_width, qkv_width
 from simgrid.model.spec import ModelSpec
 
@@ -117,6 +119,10 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
                             gemm_mnk=(tokens, qkv_width(model, tp), h), core_fwd_hbm_bytes=core.fwd_bytes,
                             core_fwd_kernels=core.fwd_kernels)
 
+    if is_moe_block(model, block):
+        moe = moe_traffic(model, layout, dropout_mask_bytes=MASK_BYTES if dropout else 0)
+        return BlockKernels(fwd_hbm_bytes=moe.fwd_hbm_bytes, bwd_hbm_bytes=moe.bwd_hbm_bytes,
+                            fwd_kernels=moe.fwd_kernels, bwd_kernels=moe.bwd_kernels, gemm_mnk=moe.gemm_mnk)
     inner = tokens * (model.ffn_size // tp) * d
     act_fwd, act_bwd = (3 * inner, 5 * inner) if model.gated_mlp else (2 * inner, 3 * inner)
     fwd = norm_fwd + act_fwd + residual_fwd

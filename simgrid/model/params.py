@@ -11,13 +11,15 @@ output layer are split along the vocabulary (Shoeybi et al. 2019, section 3).
 from __future__ import annotations
 
 from simgrid.layout.spec import Layout
-from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_vocab
+from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_vocab, norm_params
+from simgrid.model.moe import (
+    is_moe_block,
+    moe_active_params,
+    moe_dense_params,
+    moe_expert_params,
+    num_moe_layers,
+)
 from simgrid.model.spec import ModelSpec
-
-
-def norm_params(model: ModelSpec) -> int:
-    """One normalisation layer: LayerNorm has a weight and a bias, RMSNorm only a weight."""
-    return (2 if model.norm == "layernorm" else 1) * model.hidden_size
 
 
 def qkv_width(model: ModelSpec, tp: int = 1) -> int:
@@ -36,7 +38,7 @@ def attention_params(model: ModelSpec, tp: int = 1) -> int:
     """Attention sub-block: input norm, QKV (with GQA), output projection, biases; one rank's share."""
     h = model.hidden_size
     qkv = qkv_width(model, tp)
-    weights = h * qkv + (h // tp) * h
+    weights = h * qkv + local_q_heads(model, tp) * model.head_dim * h  # QKV, then out-projection (a hd -> h)
     biases = qkv + h if model.bias else 0
     return norm_params(model) + weights + biases
 
@@ -51,8 +53,24 @@ def mlp_params(model: ModelSpec, tp: int = 1) -> int:
 
 
 def layer_params(model: ModelSpec, tp: int = 1) -> int:
-    """One transformer layer (attention + MLP sub-blocks)."""
+    """One dense transformer layer (attention + MLP sub-blocks); a MoE layer is :func:`moe_layer_params`."""
     return attention_params(model, tp) + mlp_params(model, tp)
+
+
+def moe_layer_params(model: ModelSpec) -> int:
+    """One MoE layer of the whole model: attention plus norm, router, every expert and the shared expert."""
+    return attention_params(model) + moe_dense_params(model) + moe_expert_params(model)
+
+
+def _layers_params(model: ModelSpec, *, active: bool = False) -> int:
+    """Every transformer layer: dense ones at :func:`layer_params`, MoE ones whole (or, ``active``, with only
+    the ``k`` experts a token goes through)."""
+    moe_layers = num_moe_layers(model)
+    dense = (model.num_layers - moe_layers) * layer_params(model)
+    if not moe_layers:
+        return dense
+    moe_mlp = moe_active_params(model) if active else moe_dense_params(model) + moe_expert_params(model)
+    return dense + moe_layers * (attention_params(model) + moe_mlp)
 
 
 def word_embedding_params(model: ModelSpec, tp: int = 1) -> int:
@@ -79,17 +97,26 @@ def block_params(model: ModelSpec, block: int) -> int:
         return embedding_params(model)
     if kind == "head":
         return head_params(model)
+    if is_moe_block(model, block):
+        return moe_dense_params(model) + moe_expert_params(model)
     return attention_params(model) if kind == "attn" else mlp_params(model)
 
 
 def param_count(model: ModelSpec) -> int:
-    """Unique parameters of the model (a tied output matrix counts once)."""
-    return embedding_params(model) + model.num_layers * layer_params(model) + head_params(model)
+    """Unique parameters of the model (a tied output matrix counts once); every expert counts."""
+    return embedding_params(model) + _layers_params(model) + head_params(model)
+
+
+def active_param_count(model: ModelSpec) -> int:
+    """Parameters one token goes through ("activated" parameters of a MoE model card): the embedding, every
+    attention and dense MLP, and per MoE layer its router, shared expert and ``k`` routed experts. Equals
+    :func:`param_count` for a dense model."""
+    return embedding_params(model) + _layers_params(model, active=True) + head_params(model)
 
 
 def non_embedding_params(model: ModelSpec) -> int:
     """Parameters outside the word/position embeddings and an untied output matrix (Kaplan et al. 2020)."""
-    return model.num_layers * layer_params(model) + norm_params(model)
+    return _layers_params(model) + norm_params(model)
 
 
 def matmul_params(model: ModelSpec) -> int:
@@ -98,9 +125,10 @@ def matmul_params(model: ModelSpec) -> int:
     This is the ``N`` of the 6N rule used by :func:`simgrid.model.flops.flops_6n_attention`: an embedding
     lookup does no multiply-adds, but the output projection onto the vocabulary is a real ``h x V`` matmul
     whether or not its matrix is tied to the embedding. Biases and norms are included (they are
-    parameters), which is why 6N slightly exceeds the matmul-only count of Megatron's eq. 3.
+    parameters), which is why 6N slightly exceeds the matmul-only count of Megatron's eq. 3. A MoE layer
+    counts the experts a token goes through (its active parameters), not every expert.
     """
-    return non_embedding_params(model) + word_embedding_params(model)
+    return _layers_params(model, active=True) + norm_params(model) + word_embedding_params(model)
 
 
 def block_params_on_rank(model: ModelSpec, layout: Layout, block: int) -> int:
@@ -118,4 +146,14 @@ def block_params_on_rank(model: ModelSpec, layout: Layout, block: int) -> int:
     if kind == "head":
         duplicate = model.tied_embeddings and layout.pp > 1
         return head_params(model, tp) + (word_embedding_params(model, tp) if duplicate else 0)
+    if is_moe_block(model, block):
+        return moe_dense_params(model, tp) + expert_params_on_rank(model, layout, block)
     return attention_params(model, tp) if kind == "attn" else mlp_params(model, tp)
+
+
+def expert_params_on_rank(model: ModelSpec, layout: Layout, block: int) -> int:
+    """Of :func:`block_params_on_rank`, the routed experts' parameters (``E / ep`` experts split ``1/etp``):
+    their gradients sync, and ZeRO shards them, over the expert data-parallel group, not the dense one."""
+    if not is_moe_block(model, block):
+        return 0
+    return moe_expert_params(model, layout.ep, layout.expert_tp)

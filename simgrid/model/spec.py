@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from simgrid.errors import ModelError
+from simgrid.model.moe_spec import MoESpec
 
 NormKind = Literal["layernorm", "rmsnorm"]
 PositionKind = Literal["learned", "rope"]
@@ -21,6 +22,7 @@ MAX_SIZES: dict[str, int] = {
     "num_heads": 2**16,
     "num_kv_heads": 2**16,
     "ffn_hidden_size": 2**22,
+    "kv_channels": 2**16,
     "vocab_size": 2**24,
     "seq_length": 2**24,
 }
@@ -57,6 +59,11 @@ class ModelSpec:
     """Learned absolute position embeddings (``s * h`` parameters) or rotary (none)."""
     bias: bool = True
     """Linear layers carry biases (GPT) or not (Llama)."""
+    kv_channels: int | None = None
+    """Width of one attention head when it is not ``hidden_size / num_heads`` (Megatron's ``--kv-channels``,
+    Hugging Face's ``head_dim``; Qwen3 has 128 with h = 2048 and 32 heads); ``None`` means ``h / a``."""
+    moe: MoESpec | None = None
+    """Mixture-of-Experts layers (:class:`~simgrid.model.moe_spec.MoESpec`); ``None`` for a dense model."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str):
@@ -65,7 +72,7 @@ class ModelSpec:
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ModelError(f"model {self.name!r}: {field} = {_shown(value)} must be a positive integer")
-        for field in ("num_kv_heads", "ffn_hidden_size"):
+        for field in ("num_kv_heads", "ffn_hidden_size", "kv_channels"):
             value = getattr(self, field)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ModelError(
@@ -80,7 +87,7 @@ class ModelSpec:
             value = getattr(self, field)
             if not isinstance(value, bool):
                 raise ModelError(f"model {self.name!r}: {field} = {_shown(value)} must be true or false")
-        if self.hidden_size % self.num_heads:
+        if self.kv_channels is None and self.hidden_size % self.num_heads:
             raise ModelError(
                 f"model {self.name!r}: hidden_size = {self.hidden_size} is not divisible by "
                 f"num_heads = {self.num_heads}; pick a head count that divides the width"
@@ -93,6 +100,14 @@ class ModelSpec:
             raise ModelError(f"model {self.name!r}: norm = {self.norm!r}; use 'layernorm' or 'rmsnorm'")
         if not isinstance(self.position, str) or self.position not in ("learned", "rope"):
             raise ModelError(f"model {self.name!r}: position = {self.position!r}; use 'learned' or 'rope'")
+        if self.moe is not None:
+            if not isinstance(self.moe, MoESpec):
+                raise ModelError(f"model {self.name!r}: moe = {self.moe!r} must be a MoESpec or None")
+            if self.moe.first_dense_layers >= self.num_layers:
+                raise ModelError(
+                    f"model {self.name!r}: moe.first_dense_layers = {self.moe.first_dense_layers} leaves no MoE "
+                    f"layer among the {self.num_layers} layers; lower it or drop the moe part"
+                )
 
     @property
     def kv_heads(self) -> int:
@@ -106,8 +121,13 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        """Width of one attention head, ``h / a``."""
-        return self.hidden_size // self.num_heads
+        """Width of one attention head: ``kv_channels`` when given, else ``h / a``."""
+        return self.kv_channels if self.kv_channels is not None else self.hidden_size // self.num_heads
+
+    @property
+    def is_moe(self) -> bool:
+        """The model has Mixture-of-Experts layers."""
+        return self.moe is not None
 
     def with_seq_length(self, seq_length: int) -> ModelSpec:
         """The same model trained at another sequence length."""
@@ -129,6 +149,8 @@ class ModelSpec:
         missing = [f for f in ("name", "num_layers", "hidden_size", "num_heads") if f not in data]
         if missing:
             raise ModelError(f"model description is missing field(s) {missing}")
+        if data.get("moe") is not None and not isinstance(data["moe"], MoESpec):
+            data = {**data, "moe": MoESpec.from_dict(data["moe"])}
         return cls(**data)
 
 

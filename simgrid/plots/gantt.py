@@ -1,7 +1,7 @@
 """Pipeline Gantt chart of a trace: ranks as rows, compute coloured by kind, communication beneath.
 
 Each rank gets a band: the compute stream on top (F, B, I, W, R, OPT in the kind colours of
-:mod:`simgrid.plots.canvas`), then one thin sub-row per communication kind (tp, pp, dp, other) showing
+:mod:`simgrid.plots.canvas`), then one thin sub-row per communication kind (tp, cp, ep, pp, dp, other) showing
 when that kind of communication was in flight, and a hatched strip where the compute stream sat blocked
 in a WAIT. Gaps in the compute row are the bubbles; the bubble fraction (:func:`simgrid.metrics.bubble_fraction`)
 is in the title. Bars are drawn with one ``broken_barh`` per (rank, kind), so 8 ranks x 100 micro-batches
@@ -20,12 +20,13 @@ from simgrid.metrics import bubble_fraction
 from simgrid.plots.canvas import PlotError, figure_and_axes, format_seconds, kind_color
 from simgrid.trace import COMPUTE_KINDS, Trace, TraceRow, comm_kind
 
-COMM_ROWS = ("tp", "cp", "pp", "dp", "other")
-"""Communication sub-rows under each rank, top to bottom."""
-COMM_ROW_COLORS = {"tp": "#9edae5", "cp": "#c5b0d5", "pp": "#17becf", "dp": "#7f7f7f", "other": "#bcbd22"}
+COMM_ROWS = ("tp", "cp", "ep", "pp", "dp", "other")
+"""Communication sub-rows under each rank, top to bottom (``ep``: MoE dispatch/combine all-to-alls)."""
+COMM_ROW_COLORS = {"tp": "#9edae5", "cp": "#c5b0d5", "ep": "#ff9896", "pp": "#17becf", "dp": "#7f7f7f",
+                   "other": "#bcbd22"}
 
 _COMPUTE_HEIGHT = 0.55
-_COMM_HEIGHT = 0.08  # five sub-rows must fit under the compute bar before the next rank
+_COMM_HEIGHT = 0.065  # six sub-rows must fit under the compute bar before the next rank
 _MAX_DEFAULT_RANKS = 32
 _MIN_LABEL_PX = 14.0
 _MAX_LABELS = 600

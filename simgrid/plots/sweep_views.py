@@ -29,6 +29,9 @@ SCHEDULE_COLORS: dict[str, str] = {
     "interleaved-1f1b": "#2ca02c",
     "zb-h1": "#ff7f0e",
     "zbv": "#d62728",
+    "interleaved-zb": "#8c564b",
+    "looped-bfs": "#e377c2",
+    "dualpipev": "#17becf",
 }
 RANKING_COLUMNS = ("dp", "tp", "pp", "step_time_s")
 """Columns :func:`plot_sweep_ranking` needs at least."""

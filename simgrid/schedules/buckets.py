@@ -30,20 +30,26 @@ class Bucket:
     """Gradient bytes of the bucket on one rank before any ZeRO sharding."""
 
 
-def block_grad_bytes(model: ModelSpec, layout: Layout, block: int) -> int:
-    """Unsharded gradient bytes of one sub-block on one tensor-parallel rank.
+def block_grad_bytes(model: ModelSpec, layout: Layout, block: int, *, experts: bool = False) -> int:
+    """Unsharded gradient bytes of one sub-block on one tensor-parallel rank: its dense parameters', or
+    (``experts``) its routed experts', which sync over the expert data-parallel group instead.
 
     ZeRO-2/3 shard the gradient *after* it is reduced; the buffer a bucket synchronises is the full one,
     so the memory model is asked for the gradient size with ZeRO at most 1 (gradients unsharded).
     """
-    from simgrid.memory.states import block_state_bytes
+    from simgrid.memory.states import model_states_for_params
+    from simgrid.model import block_cost
 
     unsharded = dataclasses.replace(layout, zero=min(layout.zero, 1))
-    return int(block_state_bytes(model, unsharded, block).grads_bytes)
+    cost = block_cost(model, unsharded, block)
+    count = cost.expert_param_count if experts else cost.param_count - cost.expert_param_count
+    return int(model_states_for_params(count, unsharded).grads_bytes)
 
 
-def grad_buckets(model: ModelSpec, layout: Layout, stage: int) -> list[Bucket]:
-    """Buckets of global pipeline ``stage``: its blocks in reverse order, closed at the bucket size."""
+def grad_buckets(model: ModelSpec, layout: Layout, stage: int, *, experts: bool = False) -> list[Bucket]:
+    """Buckets of global pipeline ``stage``: its blocks in reverse order, closed at the bucket size. With
+    ``experts`` the buckets of the routed experts' gradients (MoE sub-blocks only; synced over the expert
+    data-parallel group, labelled ``ebucket``), otherwise of every other gradient."""
     from simgrid.memory.buffers import BYTES_PER_BUCKET_MB
     from simgrid.model import stage_blocks
 
@@ -52,8 +58,11 @@ def grad_buckets(model: ModelSpec, layout: Layout, stage: int) -> list[Bucket]:
     current: list[int] = []
     size = 0
     for block in reversed(stage_blocks(model, layout, stage)):
+        grads = block_grad_bytes(model, layout, block, experts=experts)
+        if experts and not grads:
+            continue
         current.append(block)
-        size += block_grad_bytes(model, layout, block)
+        size += grads
         if size >= cap:
             buckets.append(Bucket(index=len(buckets), blocks=tuple(current), bytes=size))
             current, size = [], 0

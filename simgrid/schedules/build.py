@@ -10,6 +10,10 @@ Passes, in order (each in :mod:`simgrid.schedules.lower`, each with its own test
    per bucket on the last micro-batch; :func:`~.data_parallel.add_zero2_grad_sync` - ZeRO-2 per micro-batch;
 6. :func:`~.tensor_parallel.add_tensor_parallel` - Megatron TP collectives around compute ops;
    :func:`~.tensor_parallel.add_context_parallel` - context-parallel K/V all-gathers around attention;
+   :func:`~.moe.add_expert_parallel` - dispatch/combine all-to-alls around MoE sub-blocks (placed, like the
+   TP collectives, right next to their compute op, so ahead of the gradient syncs of step 5 and of
+   :func:`~.moe.add_expert_grad_sync`, which syncs the routed experts' gradients over the expert
+   data-parallel group and runs with step 5);
 7. :func:`~.p2p.add_pipeline_p2p` - pipeline SEND/RECV placed deadlock-free (all pipeline ranks at once);
 8. :func:`~.optimizer.add_step_end` - grad-sync waits, sequence-parallel partial-gradient all-reduce
    (:func:`~.tensor_parallel.sp_grad_sync`), tied-embedding sync, optimizer (offload), param sync;
@@ -27,7 +31,8 @@ from __future__ import annotations
 
 from simgrid.gcpause import collector_paused
 from simgrid.ir.ops import Op
-from simgrid.ir.program import LazyRanks, Program
+from simgrid.ir.program import LazyRanks, MetaValue, Program
+from simgrid.layout.experts import expert_groups
 from simgrid.layout.mesh import Mesh, RankCoord
 from simgrid.layout.spec import Layout, check_layout
 from simgrid.model.spec import ModelSpec
@@ -36,6 +41,7 @@ from simgrid.schedules.lower.compute import add_recompute, compute_steps
 from simgrid.schedules.lower.context import Granularity, LoweringContext, Role
 from simgrid.schedules.lower.data_parallel import add_overlapped_grad_sync, add_zero2_grad_sync
 from simgrid.schedules.lower.instantiate import RoleInstantiator
+from simgrid.schedules.lower.moe import add_expert_grad_sync, add_expert_parallel
 from simgrid.schedules.lower.optimizer import (
     add_model_states,
     add_step_end,
@@ -45,6 +51,7 @@ from simgrid.schedules.lower.optimizer import (
 from simgrid.schedules.lower.p2p import add_pipeline_p2p
 from simgrid.schedules.lower.tensor_parallel import add_context_parallel, add_tensor_parallel
 from simgrid.schedules.lower.zero3 import add_zero3
+from simgrid.schedules.pipeline import PipelineOrder
 
 GENERATOR = "simgrid.schedules.build_program"
 
@@ -59,8 +66,10 @@ def build_roles(ctx: LoweringContext) -> list[Role]:
         role = add_zero3(ctx, role, pp_rank)
         role = add_overlapped_grad_sync(ctx, role, pp_rank)
         role = add_zero2_grad_sync(ctx, role, pp_rank)
+        role = add_expert_grad_sync(ctx, role, pp_rank)
         role = add_tensor_parallel(ctx, role, pp_rank)
         role = add_context_parallel(ctx, role, pp_rank)
+        role = add_expert_parallel(ctx, role, pp_rank)
         roles.append(role)
     return add_pipeline_p2p(ctx, roles)
 
@@ -105,8 +114,11 @@ def mesh_groups(layout: Layout) -> dict[str, tuple[int, ...]]:
 
 
 def program_groups(ctx: LoweringContext) -> dict[str, tuple[int, ...]]:
-    """The mesh's groups plus the tied-embedding groups when the program uses them."""
+    """The mesh's groups plus the tied-embedding groups when the program uses them, and the expert groups
+    (ep, etp, edp) of a MoE model."""
     groups = mesh_groups(ctx.layout)
+    if ctx.model.moe is not None:
+        groups = dict(sorted({**groups, **expert_groups(ctx.layout)}.items()))
     pair = embed_sync_ranks(ctx)
     if pair is not None:
         first, last = pair
@@ -120,18 +132,25 @@ def program_groups(ctx: LoweringContext) -> dict[str, tuple[int, ...]]:
                     )
     return groups
 
-def build_program(model: ModelSpec, layout: Layout, *, granularity: Granularity = "block") -> Program:
-    """Lower ``layout``'s pipeline schedule for ``model`` into a Program covering every rank."""
+def build_program(model: ModelSpec, layout: Layout, *, granularity: Granularity = "block",
+                  order: PipelineOrder | None = None) -> Program:
+    """Lower ``layout``'s pipeline schedule for ``model`` into a Program covering every rank; with
+    ``order`` (e.g. :func:`simgrid.schedules.imported.read_pipeline_csv`), lower that compute order instead
+    (it must match the layout's pipeline shape; :func:`~simgrid.schedules.imported.layout_for_order`)."""
     from simgrid.limits import check_program_size
 
     check_program_size(model, layout, granularity, ranks=layout.pp)  # one template per pipeline rank is built
     with collector_paused():
-        return _build(model, layout, granularity)
+        return _build(model, layout, granularity, order)
 
 
-def _build(model: ModelSpec, layout: Layout, granularity: Granularity) -> Program:
+def _build(model: ModelSpec, layout: Layout, granularity: Granularity, order: PipelineOrder | None) -> Program:
     check_layout(model, layout)
-    ctx = LoweringContext(model=model, layout=layout, granularity=granularity)
+    if order is not None:
+        from simgrid.schedules.imported import check_order
+
+        check_order(order, layout, "pipeline order")
+    ctx = LoweringContext(model=model, layout=layout, granularity=granularity, imported_order=order)
     roles = build_roles(ctx)
     server_differs = layout.dp_mode == "parameter-server" and layout.dp > 1
     makers: list[list[RoleInstantiator]] = []  # [pp_rank][0: ordinary rank, 1: the parameter server]
@@ -153,7 +172,9 @@ def _build(model: ModelSpec, layout: Layout, granularity: Granularity) -> Progra
     for pp_rank in range(layout.pp):
         for dp in range(dp_size):
             lengths += [len(makers[pp_rank][1 if dp and server_differs else 0].template)] * (tp_size * cp_size)
-    meta = {"generator": GENERATOR, "schedule": ctx.schedule, "granularity": granularity,
-            "num_microbatches": ctx.num_microbatches}
+    meta: dict[str, MetaValue] = {"generator": GENERATOR, "schedule": ctx.schedule, "granularity": granularity,
+                                  "num_microbatches": ctx.num_microbatches}
+    if order is not None:
+        meta["pipeline_order"] = "imported"
     return Program(model=model, layout=layout, groups=program_groups(ctx), ranks=LazyRanks(make_rank, lengths),
                    meta=meta)

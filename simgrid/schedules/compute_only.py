@@ -13,15 +13,15 @@ from simgrid.errors import LayoutError
 from simgrid.ir.ops import Compute
 from simgrid.ir.program import Program
 from simgrid.layout.spec import Layout
-from simgrid.schedules.pipeline import pipeline_order
+from simgrid.schedules.pipeline import flatten_order, pipeline_order
 
 
 def compute_only_program(schedule: str, pp: int, num_microbatches: int, vpp: int = 1) -> Program:
     """One op list per pipeline rank holding the compute ops of the schedule, in order."""
-    order = pipeline_order(schedule, pp, num_microbatches, vpp)
+    order = flatten_order(pipeline_order(schedule, pp, num_microbatches, vpp))
     ranks = tuple(
         tuple(
-            Compute(kind=a.kind, stage=a.stage, microbatch=int(a.microbatch or 0), chunk=a.stage // pp,  # type: ignore[arg-type]
+            Compute(kind=a.kind, stage=a.stage, microbatch=a.microbatch, chunk=a.stage // pp,  # type: ignore[arg-type]
                     block_start=a.stage, block_end=a.stage + 1, flops=0.0, hbm_bytes=0.0)
             for a in row
         )

@@ -3,9 +3,11 @@
 An order is a list per pipeline rank of :class:`simgrid.ir.torch_csv.Action` values (the IR's pipeline
 action, shared so orders and torch CSV files interconvert) in the action grammar of
 ``torch.distributed.pipelining`` (``"1F0"`` = stage 1, forward, micro-batch 0; ``B`` full backward,
-``I`` input-gradient backward, ``W`` weight-gradient backward). Orders carry no timing: a rank runs its
-actions one after the other, each as soon as the stage it depends on has produced its input
-(see :mod:`simgrid.schedules.unit_time`).
+``I`` input-gradient backward, ``W`` weight-gradient backward; ``(0F5;3B1)OVERLAP_F_B`` a forward and a
+backward issued as one unit). Orders carry no timing: a rank runs its actions one after the other, each
+as soon as the stage it depends on has produced its input (see :mod:`simgrid.schedules.unit_time`).
+Every order below equals, action for action, the order torch 2.13's class of the same schedule builds
+(idle slots dropped); ``tests/schedules/test_schedules_torch_parity.py`` checks it against the classes.
 
 Schedules and their rules (each rule is checked by :func:`check_schedule`):
 
@@ -15,17 +17,33 @@ Schedules and their rules (each rule is checked by :func:`check_schedule`):
   ``min(pp - r - 1, m)`` warm-up forwards, then alternates one forward and one backward.
 * ``interleaved-1f1b``: Megatron's interleaved schedule (Narayanan et al. SC'21, section 2.2.2) with
   ``vpp`` model chunks per rank; stage ``s`` lives on rank ``s % pp``. Micro-batches move through the
-  chunks in groups of ``pp``, so ``m`` must be a multiple of ``pp``.
+  chunks in rounds of ``m // max(1, m // pp)`` (``ScheduleInterleaved1F1B``'s flexible rounds; Llama 3
+  trained with a micro-batch count that is not a multiple of pp, Dubey et al. 2024, section 3.3.2), so
+  ``m`` must be a multiple of the round count ``max(1, m // pp)``: any m <= pp, any multiple of pp, and
+  e.g. m = 10 with pp = 4. With m a multiple of pp this is exactly Megatron's order.
 * ``zb-h1``: Qi et al. 2023, "Zero Bubble Pipeline Parallelism", ZB-H1: the 1F1B order with B split into
   I (input gradient, on the critical path) and W (weight gradient, deferred). Rank ``r`` delays its
   first ``r`` W's, which fills the cool-down bubble while keeping at most ``pp`` micro-batches in flight,
   the 1F1B peak.
+* ``interleaved-zb``: the same split and deferral over ``vpp >= 2`` interleaved chunks
+  (``ScheduleInterleavedZeroBubble``, Qi et al. 2023's ZB1P on interleaved stages): warm-up forwards
+  grow by one, not two, per hop, and the rounds rule of ``interleaved-1f1b`` applies.
+* ``looped-bfs``: breadth-first pipelining (Lamy-Poirier 2023, "Breadth-First Pipeline Parallelism",
+  arXiv:2211.05953; ``ScheduleLoopedBFS``): each rank runs every micro-batch through its first chunk,
+  then its second, ..., then the backwards chunk by chunk in reverse, micro-batches in reverse.
+  ``vpp >= 1`` interleaved chunks; activations of all m micro-batches stay live, as in GPipe.
 * ``zbv``: the V-shaped zero-bubble schedule (Qi et al. 2024, "Pipeline Parallelism with Controllable
   Memory", ZB-V; also ``ScheduleZBVZeroBubble`` in torch.distributed.pipelining): two chunks per rank,
   chunk 0 holds stage ``r`` and chunk 1 stage ``2*pp - 1 - r``. Any ``m >= 1`` works: the order is built
   for ``max(m, 2*pp - 1)`` micro-batches (the count that fills the V) and the extra ones are dropped,
   which keeps every dependency of the remaining actions; with fewer than ``2*pp - 1`` micro-batches the
   schedule simply has bubbles.
+* ``dualpipev``: DualPipeV (``ScheduleDualPipeV``, after DeepSeek's open-source DualPipe,
+  github.com/deepseek-ai/DualPipe): the V placement of ``zbv`` with ``m >= 2*pp``; in its steady state
+  each step is an ``OVERLAP_F_B`` unit, the forward of one chunk and the full backward of the other,
+  and the tail splits backwards into I and W to fill the drain. torch's runtime performs a unit's two
+  computations one after the other (a custom function may overlap them); so do the simulator and the
+  executor, whose transfers are asynchronous, so one computation's sends and receives run under the other.
 """
 
 from __future__ import annotations
@@ -34,7 +52,13 @@ from typing import Literal
 
 from simgrid.errors import ScheduleError
 from simgrid.ir.torch_csv import Action
-from simgrid.layout.spec import SCHEDULES
+from simgrid.layout.spec import (
+    INTERLEAVED_SCHEDULES,
+    SCHEDULES,
+    V_SCHEDULES,
+    interleave_rounds,
+    schedule_problem,
+)
 
 ActionKind = Literal["F", "B", "I", "W"]
 """F forward; B full backward; I input-gradient backward; W weight-gradient backward."""
@@ -43,9 +67,13 @@ PipelineOrder = list[list[Action]]
 """Per pipeline rank, the actions it runs in order."""
 
 
+#: Schedules that split the backward into I and W.
+SPLIT_BACKWARD_SCHEDULES = ("zb-h1", "interleaved-zb", "zbv")
+
+
 def num_chunks(schedule: str, vpp: int) -> int:
     """Model chunks each pipeline rank holds under ``schedule``."""
-    return vpp if schedule in ("interleaved-1f1b", "zbv") else 1
+    return vpp if schedule in INTERLEAVED_SCHEDULES + V_SCHEDULES else 1
 
 
 def check_schedule(schedule: str, pp: int, num_microbatches: int, vpp: int = 1) -> None:
@@ -60,29 +88,9 @@ def check_schedule(schedule: str, pp: int, num_microbatches: int, vpp: int = 1) 
             f"schedule 'none' runs the whole model on one rank but pp = {pp}; use pp = 1 or a pipeline "
             "schedule such as '1f1b'"
         )
-    if schedule == "interleaved-1f1b":
-        if vpp < 2:
-            raise ScheduleError(
-                f"schedule 'interleaved-1f1b' needs vpp >= 2 model chunks per rank, got vpp = {vpp}; "
-                "raise vpp or use '1f1b'"
-            )
-        if num_microbatches % pp:
-            # Megatron walks micro-batches through the chunks in groups of pp; a partial last group
-            # would make a chunk wait for micro-batches that never arrive.
-            lower, upper = pp * (num_microbatches // pp), pp * (num_microbatches // pp + 1)
-            choices = f"m = {lower} or {upper}" if lower else f"m = {upper}"
-            raise ScheduleError(
-                f"schedule 'interleaved-1f1b' needs the micro-batch count to be a multiple of pp: "
-                f"m = {num_microbatches}, pp = {pp}; use {choices}"
-            )
-    elif schedule == "zbv":
-        if vpp != 2:
-            raise ScheduleError(f"schedule 'zbv' places exactly 2 chunks per rank (a V); got vpp = {vpp}; set vpp = 2")
-    elif vpp != 1:
-        raise ScheduleError(
-            f"schedule {schedule!r} has one model chunk per rank but vpp = {vpp}; set vpp = 1 or use "
-            "'interleaved-1f1b' / 'zbv'"
-        )
+    problem = schedule_problem(schedule, pp, num_microbatches, vpp)
+    if problem:
+        raise ScheduleError(problem)
 
 
 def stage_to_rank(stage: int, pp: int, vpp: int, schedule: str) -> int:
@@ -90,7 +98,7 @@ def stage_to_rank(stage: int, pp: int, vpp: int, schedule: str) -> int:
     chunks = num_chunks(schedule, vpp)
     if not 0 <= stage < pp * chunks:
         raise ScheduleError(f"stage {stage} is outside 0..{pp * chunks - 1} for pp = {pp}, {chunks} chunk(s)")
-    if schedule == "zbv":
+    if schedule in V_SCHEDULES:
         return stage if stage < pp else 2 * pp - 1 - stage
     return stage % pp
 
@@ -104,7 +112,7 @@ def rank_stages(rank: int, pp: int, vpp: int, schedule: str) -> tuple[int, ...]:
     """Global stages held by pipeline ``rank``, indexed by local chunk."""
     if not 0 <= rank < pp:
         raise ScheduleError(f"pipeline rank {rank} is outside 0..{pp - 1}")
-    if schedule == "zbv":
+    if schedule in V_SCHEDULES:
         return (rank, 2 * pp - 1 - rank)
     return tuple(chunk * pp + rank for chunk in range(num_chunks(schedule, vpp)))
 
@@ -117,11 +125,19 @@ def pipeline_order(schedule: str, pp: int, num_microbatches: int, vpp: int = 1) 
         return [_one_f_one_b(r, pp, m) for r in range(pp)]
     if schedule == "gpipe":
         return [[Action(r, "F", i) for i in range(m)] + [Action(r, "B", i) for i in range(m)] for r in range(pp)]
-    if schedule == "interleaved-1f1b":
-        return [_interleaved(r, pp, m, vpp) for r in range(pp)]
-    if schedule == "zb-h1":
-        return [_zb_h1(r, pp, m) for r in range(pp)]
+    if schedule in ("interleaved-1f1b", "zb-h1", "interleaved-zb"):
+        zero_bubble = schedule != "interleaved-1f1b"
+        return [_interleaved(r, pp, m, vpp, zero_bubble=zero_bubble) for r in range(pp)]
+    if schedule == "looped-bfs":
+        return [_looped_bfs(r, pp, m, vpp) for r in range(pp)]
+    if schedule == "dualpipev":
+        return [_dualpipev(r, pp, m) for r in range(pp)]
     return [_zbv(r, pp, m) for r in range(pp)]
+
+
+def flatten_order(order: PipelineOrder) -> PipelineOrder:
+    """``order`` with each ``OVERLAP_F_B`` unit replaced by its sub-actions, in the order they run."""
+    return [[leaf for action in row for leaf in action.leaves] for row in order]
 
 
 def _one_f_one_b(rank: int, pp: int, m: int) -> list[Action]:
@@ -133,43 +149,97 @@ def _one_f_one_b(rank: int, pp: int, m: int) -> list[Action]:
     return order
 
 
-def _interleaved(rank: int, pp: int, m: int, vpp: int) -> list[Action]:
-    # Megatron-LM schedules.py (forward_backward_pipelining_with_interleaving): the k-th virtual
-    # micro-batch of a rank belongs to chunk (k mod pp*vpp) // pp, micro-batch
-    # (k // (pp*vpp)) * pp + k mod pp; backwards walk the chunks in reverse. Warm-up forwards:
-    # 2 * (pp - rank - 1) + (vpp - 1) * pp, capped at the total.
+def _interleaved(rank: int, pp: int, m: int, vpp: int, *, zero_bubble: bool) -> list[Action]:
+    # torch 2.13 _get_1f1b_rank_ops (ScheduleInterleaved1F1B / ScheduleInterleavedZeroBubble), which for
+    # m a multiple of pp is Megatron-LM's forward_backward_pipelining_with_interleaving: the k-th forward
+    # of a rank runs chunk (k // per_round) % vpp, the k-th backward walks the chunks in reverse, and each
+    # stage takes its micro-batches in order. Warm-up: (vpp - 1) rounds plus 2 forwards per hop to the
+    # last rank (1 per hop with zero bubble, whose W's fill the gap). Zero bubble splits B into I and W
+    # and delays rank r's first r W's into the cool-down (ZB-H1, Qi et al. 2023, section 3.1).
+    _, per_round = interleave_rounds(pp, m)
     total = m * vpp
-    group = pp * vpp
+    warmup = min((vpp - 1) * per_round + (1 if zero_bubble else 2) * (pp - 1 - rank), total)
+    next_mb: dict[tuple[str, int], int] = {}
 
-    def action(k: int, kind: str) -> Action:
-        chunk = (k % group) // pp
-        if kind != "F":
-            chunk = vpp - 1 - chunk
-        return Action(chunk * pp + rank, kind, (k // group) * pp + k % pp)
+    def take(kind: str, stage: int) -> Action:
+        mb = next_mb.get((kind, stage), 0)
+        next_mb[(kind, stage)] = mb + 1
+        return Action(stage, kind, mb)
 
-    warmup = min(2 * (pp - rank - 1) + (vpp - 1) * pp, total)
-    order = [action(k, "F") for k in range(warmup)]
-    for k in range(total - warmup):
-        order += [action(warmup + k, "F"), action(k, "B")]
-    order += [action(k, "B") for k in range(total - warmup, total)]
+    def fwd_stage(k: int) -> int:
+        return (k // per_round) % vpp * pp + rank
+
+    def bwd_stage(k: int) -> int:
+        return (vpp - 1 - (k - warmup) // per_round % vpp) * pp + rank
+
+    backward = "I" if zero_bubble else "B"
+    order: list[Action] = []
+    backwards: list[int] = []
+    weights = 0
+    for k in range(warmup + total):
+        if k < total:
+            order.append(take("F", fwd_stage(k)))
+        if k >= warmup:
+            order.append(take(backward, bwd_stage(k)))
+            backwards.append(k)
+            if zero_bubble and k - warmup >= rank:
+                order.append(take("W", bwd_stage(backwards[weights])))
+                weights += 1
+    while zero_bubble and weights < len(backwards):
+        order.append(take("W", bwd_stage(backwards[weights])))
+        weights += 1
     return order
 
 
-def _zb_h1(rank: int, pp: int, m: int) -> list[Action]:
-    # ZB-H1 (Qi et al. 2023, section 3.1 / figure 3): 1F1B with B = I + W; rank r postpones its first
-    # r weight-gradient passes into the cool-down, where rank r would otherwise idle.
-    warmup = min(pp - rank - 1, m)
-    deferred = rank
-    order = [Action(rank, "F", i) for i in range(warmup)]
-    next_w = 0
-    for i in range(m):
-        if warmup + i < m:
-            order.append(Action(rank, "F", warmup + i))
-        order.append(Action(rank, "I", i))
-        if i >= deferred:
-            order.append(Action(rank, "W", next_w))
-            next_w += 1
-    order += [Action(rank, "W", i) for i in range(next_w, m)]
+def _looped_bfs(rank: int, pp: int, m: int, vpp: int) -> list[Action]:
+    # ScheduleLoopedBFS: every micro-batch through each local chunk in turn, then the backwards chunk by
+    # chunk in reverse with the micro-batches in reverse.
+    stages = [chunk * pp + rank for chunk in range(vpp)]
+    order = [Action(s, "F", i) for s in stages for i in range(m)]
+    return order + [Action(s, "B", i) for s in reversed(stages) for i in reversed(range(m))]
+
+
+def _dualpipev(rank: int, pp: int, m: int) -> list[Action]:
+    # ScheduleDualPipeV._calculate_single_rank_operations (torch 2.13), phase by phase. A full backward B
+    # counts as both the I and the W of its micro-batch; W's of split backwards run oldest first.
+    s0, s1 = rank, 2 * pp - 1 - rank
+    count: dict[tuple[int, str], int] = {}
+    pending_w: list[Action] = []
+
+    def act(stage: int, kind: str) -> Action:
+        key = (stage, "I" if kind == "B" else kind)
+        action = Action(stage, kind, count.get(key, 0))
+        count[key] = action.microbatch + 1
+        if kind == "I":
+            pending_w.append(Action(stage, "W", action.microbatch))
+        return action
+
+    def weight() -> list[Action]:
+        return [pending_w.pop(0)] if pending_w else []
+
+    order = [act(s0, "F") for _ in range(2 * (pp - rank - 1))]
+    for _ in range(rank + 1):
+        order += [act(s0, "F"), act(s1, "F")]
+    for _ in range(pp - rank - 1):
+        order += [act(s1, "I"), *weight(), act(s1, "F")]
+    for i in range(m - 2 * pp + rank + 1):
+        if i == 0 and rank == pp - 1:
+            order += [act(s0, "F"), act(s1, "B")]  # torch keeps the V's tip apart: a smaller bubble
+        else:
+            order.append(Action.overlap(act(s0, "F"), act(s1, "B")))
+        order.append(Action.overlap(act(s1, "F"), act(s0, "B")))
+    for _ in range(pp - rank - 1):
+        order += [act(s1, "B"), Action.overlap(act(s1, "F"), act(s0, "B"))]
+    split = False
+    for i in range(rank + 1):
+        split = split or (i == (rank + 1) // 2 and rank % 2 == 1)
+        order.append(act(s1, "I" if split else "B"))
+        split = split or (i == (rank + 1) // 2 and rank % 2 == 0)
+        order.append(act(s0, "I" if split else "B"))
+    for _ in range(pp - rank - 1):
+        order += [*weight(), act(s0, "I" if split else "B")]
+    for _ in range(rank + 1):
+        order += weight()
     return order
 
 

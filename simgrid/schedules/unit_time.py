@@ -8,6 +8,11 @@ action starts when its rank is free and its inputs exist:
 * B or I of stage s after F of stage s and after B or I of stage s+1 (the gradient it consumes);
 * W of stage s after I of stage s.
 
+An ``OVERLAP_F_B`` action runs its sub-actions one after the other (as torch's runtime does). Actions
+that are not computation (torch's ``SEND_*``/``RECV_*``, ``UNSHARD``, ``RESHARD``, ``REDUCE_GRAD``, which
+orders imported from torch hold) take no time and wait for nothing: the transfers are implied by the
+rules above, and a stage's ``REDUCE_GRAD`` follows its backwards on the same rank anyway.
+
 An order whose ranks wait on each other in a cycle is reported as a :class:`ScheduleError`.
 """
 
@@ -42,8 +47,13 @@ class UnitTimeResult:
         return 1.0 - sum(self.busy) / (len(self.busy) * self.makespan)
 
 
+_COMPUTE = frozenset(("F", "B", "I", "W"))
+
+
 def _producer_keys(action: Action, num_stages: int) -> list[tuple[int, str, int]]:
     s, mb = action.stage, action.microbatch
+    if action.kind not in _COMPUTE:
+        return []
     if action.kind == "F":
         return [(s - 1, "F", mb)] if s > 0 else []
     if action.kind == "W":
@@ -63,12 +73,18 @@ def _result_key(action: Action) -> tuple[int, str, int]:
 def simulate_unit_time(order: PipelineOrder, durations: dict[str, float] | None = None) -> UnitTimeResult:
     """Run ``order`` with fixed per-kind durations; raise :class:`ScheduleError` if it deadlocks."""
     widths = DEFAULT_DURATIONS if durations is None else durations
-    num_stages = 1 + max((a.stage for row in order for a in row), default=0)
+
+    def width(leaf: Action) -> float:
+        return widths[leaf.kind] if leaf.kind in _COMPUTE else 0.0
+
+    # Each rank runs its actions' leaves (an OVERLAP_F_B's sub-actions, or the action itself) in order.
+    leaves = [[(index, leaf) for index, action in enumerate(row) for leaf in action.leaves] for row in order]
+    num_stages = 1 + max((leaf.stage for row in leaves for _, leaf in row), default=0)
     finish: dict[tuple[int, str, int], float] = {}
-    starts: list[list[float]] = [[] for _ in order]
+    starts: list[list[float]] = [[0.0] * len(row) for row in order]
     clock = [0.0] * len(order)
     position = [0] * len(order)
-    remaining = sum(len(row) for row in order)
+    remaining = sum(len(row) for row in leaves)
     # Each rank runs until an input is missing and then sleeps on that input; producing it wakes the
     # rank. Every start is the max of the rank's clock and its inputs' finishes, which do not depend
     # on the order ranks are visited in, so this equals sweeping all ranks until none progresses,
@@ -77,9 +93,9 @@ def simulate_unit_time(order: PipelineOrder, durations: dict[str, float] | None 
     runnable = list(range(len(order) - 1, -1, -1))
     while runnable:
         rank = runnable.pop()
-        row = order[rank]
+        row = leaves[rank]
         while position[rank] < len(row):
-            action = row[position[rank]]
+            index, action = row[position[rank]]
             needs = _producer_keys(action, num_stages)
             missing = None
             for key in needs:
@@ -90,21 +106,23 @@ def simulate_unit_time(order: PipelineOrder, durations: dict[str, float] | None 
                 sleepers.setdefault(missing, []).append(rank)
                 break
             start = max([clock[rank], *(finish[key] for key in needs)])
-            clock[rank] = start + widths[action.kind]
-            produced = _result_key(action)
-            finish[produced] = clock[rank]
-            starts[rank].append(start)
+            if position[rank] == 0 or row[position[rank] - 1][0] != index:
+                starts[rank][index] = start  # an action starts with its first leaf
+            clock[rank] = start + width(action)
             position[rank] += 1
             remaining -= 1
-            woken = sleepers.pop(produced, None)
-            if woken is not None:
-                runnable.extend(woken)
+            if action.kind in _COMPUTE:
+                produced = _result_key(action)
+                finish[produced] = clock[rank]
+                woken = sleepers.pop(produced, None)
+                if woken is not None:
+                    runnable.extend(woken)
     if remaining:
         stuck = ", ".join(
-            f"rank {r} at {row[position[r]]}" for r, row in enumerate(order) if position[r] < len(row)
+            f"rank {r} at {order[r][row[position[r]][0]]}" for r, row in enumerate(leaves) if position[r] < len(row)
         )
         raise ScheduleError(f"pipeline order deadlocks: every rank waits for an input ({stuck})")
-    busy = [sum(widths[a.kind] for a in row) for row in order]
+    busy = [sum(width(leaf) for _, leaf in row) for row in leaves]
     return UnitTimeResult(starts=starts, makespan=max(clock, default=0.0), busy=busy)
 
 
@@ -115,6 +133,8 @@ def format_grid(order: PipelineOrder, durations: dict[str, float] | None = None)
     numbers of time units.
     """
     widths = DEFAULT_DURATIONS if durations is None else durations
+    # One cell per computation: OVERLAP_F_B units show as their sub-actions, bookkeeping actions not at all.
+    order = [[leaf for action in row for leaf in action.leaves if leaf.kind in _COMPUTE] for row in order]
     result = simulate_unit_time(order, widths)
     width = max((len(str(a)) for row in order for a in row), default=3)
     columns = round(result.makespan)

@@ -14,8 +14,10 @@ from typing import Any
 from simgrid.errors import LayoutError
 from simgrid.layout import RECOMPUTE_POLICIES, SCHEDULES
 
-#: Pipeline schedules a search tries when pp > 1 (``"none"`` is the only schedule for pp = 1).
-PIPELINE_SCHEDULES: tuple[str, ...] = tuple(s for s in SCHEDULES if s != "none")
+#: Every pipeline schedule a search may be asked to try (``"none"`` is the only schedule for pp = 1).
+ALL_PIPELINE_SCHEDULES: tuple[str, ...] = tuple(s for s in SCHEDULES if s != "none")
+#: Pipeline schedules a search tries by default when pp > 1 (the others on request: --schedule).
+PIPELINE_SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 
 
@@ -23,16 +25,16 @@ ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
 class SweepConstraints:
     """Bounds on the layouts :func:`simgrid.sweep.enumerate_layouts` generates."""
 
-    tp: int | None = None
-    """Fixed tensor-parallel degree; ``None`` searches powers of two."""
+    tp: int | tuple[int, ...] | None = None
+    """Fixed tensor-parallel degree(s); ``None`` searches powers of two."""
     max_tp: int | None = None
     """Largest tensor-parallel degree tried; ``None`` means GPUs per node (or all GPUs across nodes)."""
-    pp: int | None = None
-    """Fixed pipeline-parallel degree; ``None`` searches every degree that divides the GPU count."""
+    pp: int | tuple[int, ...] | None = None
+    """Fixed pipeline-parallel degree(s); ``None`` searches every degree that divides the GPU count."""
     max_pp: int | None = None
     """Largest pipeline-parallel degree tried; ``None`` means no bound beyond the layer count."""
-    dp: int | None = None
-    """Fixed data-parallel degree; ``None`` lets it follow from ``gpus / (tp * pp)``."""
+    dp: int | tuple[int, ...] | None = None
+    """Fixed data-parallel degree(s); ``None`` lets it follow from ``gpus / (tp * pp)``."""
     max_dp: int | None = None
     """Largest data-parallel degree tried; ``None`` means no bound."""
     schedules: tuple[str, ...] = PIPELINE_SCHEDULES
@@ -55,6 +57,15 @@ class SweepConstraints:
     """FlashAttention settings tried (selective recompute is skipped with it: nothing is left to recompute)."""
     context_parallel: tuple[int, ...] = (1,)
     """Context-parallel degrees tried (each rank holds ``seq / cp`` tokens; Llama 3's all-gather CP)."""
+    expert_parallel: tuple[int, ...] | None = None
+    """Expert-parallel degrees tried for a MoE model; ``None`` tries every power of two dividing the expert count
+    (each must also divide the ``tp * cp * dp`` ranks of a stage, MoE parallel folding). Dense models: 1."""
+    expert_tensor_parallel: tuple[int, ...] | None = None
+    """Expert tensor-parallel degrees tried for a MoE model; ``None`` tries 1 and tp (Megatron's default)."""
+    vpps: tuple[int, ...] | None = None
+    """Chunks per pipeline rank tried by the interleaved schedules; ``None``: 2 to ``max_vpp``."""
+    recipe: tuple[tuple[str, Any], ...] = ()
+    """Layout fields every candidate keeps as given, e.g. ``(("precision", "fp16"),)``."""
     allow_uneven_stages: bool = False
     """Also try pp * vpp that does not divide the layer count (stages then differ by a layer; the
     slowest stage sets the pace, so even splits are tried by default, as Megatron-LM requires)."""
@@ -62,12 +73,15 @@ class SweepConstraints:
     def __post_init__(self) -> None:
         for name in ("tp", "max_tp", "pp", "max_pp", "dp", "max_dp"):
             value = getattr(self, name)
-            if value is not None and not _is_positive_int(value):
+            values = value if isinstance(value, tuple) and name in ("tp", "pp", "dp") else (value,)
+            if value is not None and not (values and all(_is_positive_int(v) for v in values)):
                 raise LayoutError(f"sweep constraint {name} = {value!r} must be a positive integer or unset")
         for name in ("max_mbs", "max_vpp"):
             if not _is_positive_int(getattr(self, name)):
                 raise LayoutError(f"sweep constraint {name} = {getattr(self, name)!r} must be a positive integer")
-        _check_choices("schedules", self.schedules, PIPELINE_SCHEDULES)
+        _check_choices("schedules", self.schedules, ALL_PIPELINE_SCHEDULES)
+        if self.vpps is not None and not (self.vpps and all(_is_positive_int(v) for v in self.vpps)):
+            raise LayoutError(f"sweep constraint vpps = {self.vpps!r} must be a non-empty tuple of positive integers")
         _check_choices("zero_stages", self.zero_stages, ZERO_STAGES)
         _check_choices("recompute", self.recompute, RECOMPUTE_POLICIES)
         _check_choices("sequence_parallel", self.sequence_parallel, (False, True))
@@ -77,6 +91,12 @@ class SweepConstraints:
                 f"sweep constraint context_parallel = {self.context_parallel!r} must be a non-empty tuple of "
                 "positive integers"
             )
+        for name in ("expert_parallel", "expert_tensor_parallel"):
+            values = getattr(self, name)
+            if values is not None and (not values or not all(_is_positive_int(v) for v in values)):
+                raise LayoutError(
+                    f"sweep constraint {name} = {values!r} must be a non-empty tuple of positive integers or unset"
+                )
         mbs = self.micro_batch_sizes
         if mbs is not None and (not mbs or not all(_is_positive_int(m) for m in mbs)):
             raise LayoutError(
@@ -84,6 +104,7 @@ class SweepConstraints:
             )
         for fixed, bound in (("tp", "max_tp"), ("pp", "max_pp"), ("dp", "max_dp")):
             f, b = getattr(self, fixed), getattr(self, bound)
+            f = max(f) if isinstance(f, tuple) else f
             if f is not None and b is not None and f > b:
                 raise LayoutError(
                     f"sweep constraints {fixed} = {f} and {bound} = {b} contradict; drop one or raise {bound}"

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 #: Layout columns of the result table, in the order the issue lists them.
-LAYOUT_COLUMNS: tuple[str, ...] = ("dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "cp")
+LAYOUT_COLUMNS: tuple[str, ...] = ("dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "cp", "ep", "etp")
 #: Metric columns copied from the simulation's metrics.
 METRIC_COLUMNS: tuple[str, ...] = (
     "step_time_s", "tokens_per_s", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction",
@@ -46,7 +46,7 @@ METRIC_COLUMNS: tuple[str, ...] = (
 #: Every column of :attr:`SweepResult.table`.
 RESULT_COLUMNS: tuple[str, ...] = (
     *LAYOUT_COLUMNS, "sequence_parallel", "flash_attention", *METRIC_COLUMNS, "exposed_tp_s", "exposed_cp_s",
-    "exposed_pp_s", "exposed_dp_s",
+    "exposed_ep_s", "exposed_pp_s", "exposed_dp_s",
 )
 #: Memory categories of a :class:`simgrid.memory.MemoryEstimate` breakdown.
 MEMORY_CATEGORIES: tuple[str, ...] = ("weights", "grads", "optimizer", "activations", "buffers")
@@ -272,8 +272,10 @@ def describe_layout(layout: Layout) -> str:
     """``dp=16 tp=8 pp=8 vpp=1 zero=1 mbs=1 1f1b recompute=full`` (short, for messages)."""
     text = (
         f"dp={layout.dp} tp={layout.tp} pp={layout.pp} "
-        f"{f'cp={layout.cp} ' if layout.cp > 1 else ''}vpp={layout.vpp} zero={layout.zero} "
-        f"mbs={layout.micro_batch_size} {layout.schedule} recompute={layout.recompute}"
+        f"{f'cp={layout.cp} ' if layout.cp > 1 else ''}"
+        f"{f'ep={layout.ep} etp={layout.expert_tp} ' if layout.ep > 1 or layout.etp is not None else ''}"
+        f"vpp={layout.vpp} zero={layout.zero} mbs={layout.micro_batch_size} {layout.schedule} "
+        f"recompute={layout.recompute}"
     )
     return text + (" sp" if layout.sequence_parallel else "") + (" flash" if layout.flash_attention else "")
 
@@ -379,14 +381,15 @@ def result_row(layout: Layout, result: Any) -> dict[str, Any]:
     """One table row from a layout and its :class:`simgrid.simulation.SimulationResult` (or metrics)."""
     metrics = getattr(result, "metrics", result)
     row: dict[str, Any] = {
-        "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "vpp": layout.vpp, "zero": layout.zero,
+        "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep, "etp": layout.expert_tp,
+        "vpp": layout.vpp, "zero": layout.zero,
         "mbs": layout.micro_batch_size, "schedule": layout.schedule, "recompute": layout.recompute,
         "sequence_parallel": layout.sequence_parallel, "flash_attention": layout.flash_attention,
     }
     for name in METRIC_COLUMNS:
         row[name] = _plain(_field(metrics, name))
     exposed = _field(metrics, "exposed_comm_s", default={}) or {}
-    for kind in ("tp", "cp", "pp", "dp"):
+    for kind in ("tp", "cp", "ep", "pp", "dp"):
         row[f"exposed_{kind}_s"] = float(_field(exposed, kind, default=0.0) or 0.0)
     return row
 

@@ -88,31 +88,35 @@ def enumerate_layout_space(
         for tp in _tp_degrees(gpus // cp, gpus_per_node, c):
             for pp in _pp_degrees(gpus // (tp * cp), model.num_layers, c):
                 dp = gpus // (tp * pp * cp)
-                if (c.dp is not None and dp != c.dp) or (c.max_dp is not None and dp > c.max_dp):
+                if (c.dp is not None and dp not in _values(c.dp)) or (c.max_dp is not None and dp > c.max_dp):
                     continue
                 degree_error = _degree_error(model, dp=dp, tp=tp, pp=pp, cp=cp, global_batch=global_batch)
                 if degree_error is not None:
                     tried += 1
                     drop(degree_error)
                     continue
-                for kwargs in _recipes(dp=dp, tp=tp, pp=pp, cp=cp, layers=model.num_layers,
-                                       global_batch=global_batch, c=c):
-                    tried += 1
-                    try:
-                        layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, global_batch_size=global_batch, **kwargs)
-                        check_layout(model, layout)
-                        _check_schedule(layout)
-                    except LayoutError as exc:
-                        drop(str(exc))
-                        continue
-                    layouts.append(layout)
+                for experts in _expert_degrees(model, tp * cp * dp, tp, c):
+                    for kwargs in _recipes(dp=dp, tp=tp, pp=pp, cp=cp, layers=model.num_layers,
+                                           global_batch=global_batch, c=c):
+                        tried += 1
+                        try:
+                            layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, global_batch_size=global_batch,
+                                            **dict(c.recipe), **experts, **kwargs)
+                            check_layout(model, layout)
+                            _check_schedule(layout)
+                        except LayoutError as exc:
+                            drop(str(exc))
+                            continue
+                        layouts.append(layout)
     return LayoutSpace(layouts=tuple(layouts), tried=tried, invalid_reasons=reasons, invalid_examples=examples)
 
 
 def _degree_error(model: ModelSpec, *, dp: int, tp: int, pp: int, cp: int, global_batch: int) -> str | None:
     """The reason a (dp, tp, pp, cp) combination can never be valid, or ``None``."""
     try:
-        probe = Layout(dp=dp, tp=tp, pp=pp, cp=cp, global_batch_size=global_batch, micro_batch_size=1)
+        # A MoE model with tp > 1 needs sequence parallelism; the recipes decide it, so the probe turns it on.
+        probe = Layout(dp=dp, tp=tp, pp=pp, cp=cp, global_batch_size=global_batch, micro_batch_size=1,
+                       sequence_parallel=model.moe is not None and tp > 1)
         check_layout(model, probe)
     except LayoutError as exc:
         return str(exc)
@@ -127,12 +131,13 @@ def _recipes(*, dp: int, tp: int, pp: int, cp: int, layers: int, global_batch: i
     else:
         schedule_vpps = []
         for schedule in c.schedules:
-            if schedule == "interleaved-1f1b":
+            if schedule in ("interleaved-1f1b", "interleaved-zb", "looped-bfs"):
+                first = 1 if schedule == "looped-bfs" else 2
                 schedule_vpps += [
-                    (schedule, v) for v in range(2, c.max_vpp + 1)
+                    (schedule, v) for v in (c.vpps or range(first, c.max_vpp + 1))
                     if pp * v <= layers and (c.allow_uneven_stages or layers % (pp * v) == 0)
                 ]
-            elif schedule == "zbv":
+            elif schedule in ("zbv", "dualpipev"):
                 schedule_vpps.append((schedule, 2))
             else:
                 schedule_vpps.append((schedule, 1))
@@ -163,9 +168,21 @@ def _recipes(*, dp: int, tp: int, pp: int, cp: int, layers: int, global_batch: i
                             }
 
 
+def _expert_degrees(model: ModelSpec, stage_ranks: int, tp: int, c: SweepConstraints) -> list[dict[str, Any]]:
+    """(ep, etp) keyword sets for one (tp, cp, dp): for a MoE model every asked-for (default: power-of-two
+    dividing the experts) ep and etp (default 1 and tp) whose product divides the stage's ranks; nothing
+    to vary for a dense model."""
+    if model.moe is None:
+        return [{}]
+    experts = model.moe.num_experts
+    eps = c.expert_parallel or tuple(e for e in (2**k for k in range(experts.bit_length())) if experts % e == 0)
+    etps = c.expert_tensor_parallel or tuple(sorted({1, tp}))
+    return [{"ep": ep, "etp": etp} for ep in eps for etp in etps if stage_ranks % (ep * etp) == 0]
+
+
 def _tp_degrees(gpus: int, gpus_per_node: int, c: SweepConstraints) -> list[int]:
     if c.tp is not None:
-        return [c.tp] if gpus % c.tp == 0 else []
+        return [t for t in _values(c.tp) if gpus % t == 0]
     limit = gpus if c.allow_tp_across_nodes else min(gpus, gpus_per_node)
     if c.max_tp is not None:
         limit = min(limit, c.max_tp)
@@ -180,12 +197,16 @@ def _tp_degrees(gpus: int, gpus_per_node: int, c: SweepConstraints) -> list[int]
 
 def _pp_degrees(gpus_left: int, layers: int, c: SweepConstraints) -> list[int]:
     if c.pp is not None:
-        return [c.pp] if gpus_left % c.pp == 0 else []
+        return [p for p in _values(c.pp) if gpus_left % p == 0]
     limit = min(gpus_left, layers, c.max_pp or gpus_left)
     return [
         p for p in range(1, limit + 1)
         if gpus_left % p == 0 and (c.allow_uneven_stages or layers % p == 0)
     ]
+
+
+def _values(fixed: int | tuple[int, ...]) -> tuple[int, ...]:
+    return fixed if isinstance(fixed, tuple) else (fixed,)
 
 
 def _gpus_per_node(cluster: Any, gpus: int) -> int:

@@ -4,10 +4,11 @@ switches) and the route between any two ranks. See :mod:`simgrid.topology.topolo
 from simgrid.topology.fabric import LEAF_SWITCH_PORTS, Fabric
 from simgrid.topology.link import Link, link_from_spec, route_bandwidth_Bps, route_latency_s
 from simgrid.topology.synthetic import synthetic_cluster
-from simgrid.topology.topology import HostDirection, Topology
+from simgrid.topology.topology import NVSWITCH, HostDirection, Topology
 
 __all__ = [
     "LEAF_SWITCH_PORTS",
+    "NVSWITCH",
     "Fabric",
     "HostDirection",
     "Link",

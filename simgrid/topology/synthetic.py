@@ -45,13 +45,17 @@ def synthetic_cluster(
     kernel_overhead_us: float = 0.0,
     comm_compute_slowdown: float = 0.0,
     memory_GiB: float = 80.0,
+    nvlink_sharp: bool = False,
+    cpu_vendor: str = "intel",
+    gpu_arch: str = "ampere",
     host_adam_params_per_s: float = 1e9,
     measured: MeasuredTables | None = None,
 ) -> Cluster:
     """A cluster with uniform, explicitly stated links (GB/s = 1e9 B/s per direction).
 
     Defaults: 8 GPUs per node on NVSwitch, one NIC per GPU on a rail-optimised non-blocking fabric,
-    efficiency 1 and latency 0 everywhere, bf16 peak 312 TFLOP/s at 100% matmul efficiency.
+    efficiency 1 and latency 0 everywhere, bf16 peak 312 TFLOP/s at 100% matmul efficiency, Intel hosts,
+    an Ampere-class GPU as NCCL's tuner sees it, no NVLink SHARP.
     """
     gpu = GPUSpec(
         name="synthetic-gpu", description="synthetic", memory_GiB=memory_GiB, hbm_bandwidth_GBps=hbm_GBps,
@@ -69,6 +73,7 @@ def synthetic_cluster(
         gpus_per_pcie_switch=gpus_per_pcie_switch or gpus_per_node, pcie_link=link(pcie_GBps, pcie_latency_us),
         host_memory_GiB=1024.0, host_adam_params_per_s=host_adam_params_per_s,
         nics_per_node=nics_per_node or gpus_per_node, nic_link=link(nic_GBps, nic_latency_us),
+        nvlink_sharp=nvlink_sharp, cpu_vendor=cpu_vendor, gpu_arch=gpu_arch,
     )
     network = NetworkSpec(kind=network_kind, topology=network_topology, oversubscription=oversubscription,
                           switch_latency_us=switch_latency_us, efficiency=1.0)

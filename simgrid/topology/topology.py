@@ -43,6 +43,11 @@ from simgrid.topology.link import Link, link_from_spec, route_bandwidth_Bps, rou
 
 HostDirection = Literal["d2h", "h2d"]
 
+NVSWITCH = -1
+"""Stand-in rank for the NVSwitch itself in a transfer: ``route(r, NVSWITCH)`` is GPU r's NVLink port into
+the switch, ``route(NVSWITCH, r)`` the port out of it. NVLink SHARP (NVLS) reduces and multicasts inside
+the switch, so its traffic is one GPU's port against the switch, not a GPU pair (simgrid.costs.phases)."""
+
 
 class Topology:
     """The links of a sized cluster and the route between any two ranks (built lazily, cached)."""
@@ -126,11 +131,16 @@ class Topology:
         )
 
     def route(self, src: int, dst: int) -> tuple[Link, ...]:
-        """Links a transfer from ``src`` to ``dst`` crosses, in order; ``()`` when ``src == dst``."""
+        """Links a transfer from ``src`` to ``dst`` crosses, in order; ``()`` when ``src == dst``.
+
+        Either end may be :data:`NVSWITCH` (the other a GPU on an NVSwitch node): the GPU's NVLink port.
+        """
         key = (src, dst)
         cached = self._routes.get(key)
         if cached is not None:
             return cached
+        if src == NVSWITCH or dst == NVSWITCH:
+            return self._switch_route(src, dst)
         self._check_rank(src, "src")
         self._check_rank(dst, "dst")
         g = self.gpus_per_node
@@ -144,6 +154,19 @@ class Topology:
             route = self.fabric.route(src_node, self.fabric.nic_of_local(src_local),
                                       dst_node, self.fabric.nic_of_local(dst_local))
         self._routes[key] = route
+        return route
+
+    def _switch_route(self, src: int, dst: int) -> tuple[Link, ...]:
+        gpu = dst if src == NVSWITCH else src
+        self._check_rank(gpu, "rank")
+        if self._node.intra_fabric != "nvswitch":
+            raise SimgridError(
+                f"a transfer through the NVSwitch needs an nvswitch node; {self._node.name!r} has "
+                f"intra_fabric = {self._node.intra_fabric!r}"
+            )
+        node, local = divmod(gpu, self.gpus_per_node)
+        route = (self._gpu_link(node, local, "nvlink-out" if dst == NVSWITCH else "nvlink-in"),)
+        self._routes[(src, dst)] = route
         return route
 
     def route_class(self, src: int, dst: int) -> tuple[object, ...]:

@@ -109,12 +109,12 @@ def test_oversized_requests_are_refused_at_once(tmp_path: Path, monkeypatch: pyt
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--gpus", "8", "--tp", "3"], r"--tp 3 does not divide --gpus 8; pin a divisor such as 1, 2, 4, 8"),
-        (["--gpus", "6", "--tp", "3"], r"--tp 3 does not divide tiny-gpt's 4 attention heads"),
-        (["--gpus", "8", "--dp", "4", "--pp", "4"], r"--dp 4 --pp 4 use 16 GPUs per context-parallel rank"),
-        (["--gpus", "8", "--pp", "8"], r"--pp 8 is more than tiny-gpt's 4 layers"),
-        (["--gpus", "8", "--cp", "3"], r"--cp 3 does not divide --gpus 8"),
-        (["--gpus", "8", "--dp", "2", "--gbs", "3"], r"--gbs 3 is not divisible by --dp 2"),
+        (["--gpus", "8", "--tp", "3"], r"--tp 3: no value divides --gpus 8 \(e\.g\. 1, 2, 4, 8\); pin one"),
+        (["--gpus", "6", "--tp", "3,6"], r"--tp 3,6: no value divides tiny-gpt's 4 attention heads"),
+        (["--gpus", "8", "--dp", "4", "--pp", "4"], r"--dp 4 --pp 4: no combination divides --gpus 8"),
+        (["--gpus", "8", "--pp", "8"], r"--pp 8: no value is at most tiny-gpt's 4 layers"),
+        (["--gpus", "8", "--cp", "3"], r"--cp 3: no value divides --gpus 8"),
+        (["--gpus", "8", "--dp", "2", "--gbs", "3"], r"--dp 2: no value divides --gbs 3"),
         (["--gpus", "8", "--gbs", str(10**12)], r"at least 15,625,000,000 micro-batches per pipeline"),
     ],
 )

@@ -1,4 +1,5 @@
-"""Collective closed forms: alpha-beta formulas by hand, bottleneck links, algorithm choice, overrides."""
+"""Collective closed forms: NCCL's alpha-beta model by hand (tuning.cc constants written out in each test),
+bottleneck links, algorithm and protocol choice, overrides."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import math
 
 import pytest
 
-from simgrid.costs import NCCL_BASE_LATENCY_US, Phase, choose_algorithm, collective_time_s, phase_cost
+from simgrid.costs import NCCL_BASE_LATENCY_US, Phase, choose, choose_algorithm, collective_time_s, phase_cost
 from simgrid.errors import SimgridError
 from simgrid.hardware import CollectiveRow, MeasuredTables
 from simgrid.topology import Topology, synthetic_cluster
@@ -29,26 +30,53 @@ def test_ring_all_reduce_matches_alpha_beta_formula_without_latency() -> None:
 
 
 def test_ring_all_reduce_matches_alpha_beta_formula_with_latency() -> None:
-    """With per-hop latency a: 2(n-1)/n * S/B + 2(n-1)*a, plus NCCL's base latency once."""
+    """Simple protocol: NCCL's ring base latency 8.4 us + 2(n-1) hops of the profile's latency a
+    (tuning.cc: baseLat + nsteps * hwLat[NVLINK][Ring][Simple], the profile's a standing for that entry)."""
     S, B, a, n = 64e6, 100e9, 3.4e-6, 8
     expected = 2 * (n - 1) / n * S / B + 2 * (n - 1) * a + BASE
-    assert collective_time_s("all_reduce", S, range(n), one_node(n, latency_us=3.4)) == pytest.approx(expected)
+    got = collective_time_s("all_reduce", S, range(n), one_node(n, latency_us=3.4), algorithm="ring", protocol="Simple")
+    assert got == pytest.approx(expected)
+
+
+def test_ring_protocols_scale_latency_and_bandwidth_by_nccl_tables() -> None:
+    """LL128: base 14.0 us, hop 1.9/3.4 of Simple's, bandwidth x0.92; LL: base 6.6, hop 0.6/3.4,
+    bandwidth x0.5 while under LL's 87.7 GB/s ceiling inside one Ampere node (ring busbw here = B =
+    100 GB/s, so 50 GB/s). tuning.cc baseLatencies, hwLatencies[NVLINK][Ring], LL/LL128 refinements."""
+    S, B, a, n = 8e6, 100e9, 3.4e-6, 8
+    topo = one_node(n, latency_us=3.4)
+    bw = 2 * (n - 1) / n * S / B
+    ll128 = 14.0e-6 + 2 * (n - 1) * a * 1.9 / 3.4 + bw / 0.92
+    ll = 6.6e-6 + 2 * (n - 1) * a * 0.6 / 3.4 + bw / 0.5
+    assert collective_time_s("all_reduce", S, range(n), topo, algorithm="ring", protocol="LL128") == pytest.approx(ll128)
+    assert collective_time_s("all_reduce", S, range(n), topo, algorithm="ring", protocol="LL") == pytest.approx(ll)
+
+
+def test_protocol_choice_follows_size_inside_one_node() -> None:
+    """NCCL's rule, smallest estimated time: LL for kilobytes, LL128 for megabytes, Simple for large
+    messages (latencies 15.0 / 40.6 / 56.0 us against bandwidth factors 0.5 / 0.92 / 1 on 100 GB/s)."""
+    topo = one_node(8, latency_us=3.4)
+    assert choose("all_reduce", 32 * 1024, range(8), topo) == ("ring", "LL")
+    assert choose("all_reduce", 4 * 2**20, range(8), topo) == ("ring", "LL128")
+    assert choose("all_reduce", GiB, range(8), topo) == ("ring", "Simple")
 
 
 @pytest.mark.parametrize("kind", ["reduce_scatter", "all_gather"])
 def test_ring_reduce_scatter_and_all_gather_formula(kind: str) -> None:
-    """Reduce-scatter / all-gather of S (full buffer): (n-1)/n * S/B + (n-1)*a + base."""
+    """Reduce-scatter / all-gather of S (full buffer), Simple: (n-1)/n * S/B + (n-1)*a + base."""
     S, B, a, n = 256e6, 100e9, 2e-6, 8
     expected = (n - 1) / n * S / B + (n - 1) * a + BASE
-    assert collective_time_s(kind, S, range(n), one_node(n, latency_us=2.0)) == pytest.approx(expected)
+    got = collective_time_s(kind, S, range(n), one_node(n, latency_us=2.0), protocol="Simple")
+    assert got == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("kind", ["broadcast", "reduce"])
 def test_pipelined_broadcast_and_reduce_formula(kind: str) -> None:
-    """Pipelined chain: S/B + (n-1)*a + base, whatever the root."""
+    """Pipelined chain, Simple: S/B + base + n hops at the tree's NVLink figure (4.0 of the ring's 3.4:
+    NCCL's chunk latency when the ring's channels differ), whatever the root."""
     S, B, a, n = 256e6, 100e9, 2e-6, 8
-    expected = S / B + (n - 1) * a + BASE
-    assert collective_time_s(kind, S, range(n), one_node(n, latency_us=2.0), root=5) == pytest.approx(expected)
+    expected = S / B + n * a * 4.0 / 3.4 + BASE
+    got = collective_time_s(kind, S, range(n), one_node(n, latency_us=2.0), root=5, protocol="Simple")
+    assert got == pytest.approx(expected)
 
 
 def test_all_to_all_formula() -> None:
@@ -59,30 +87,88 @@ def test_all_to_all_formula() -> None:
 
 
 def test_barrier_is_latency_only() -> None:
-    """A barrier moves no data: 2(n-1) ring steps of latency plus base, whatever nbytes says."""
+    """A barrier moves no data: the fastest call's latency, here the LL ring's 6.6 us + 2(n-1) hops at
+    0.6/3.4 of the profile's 2 us (the LL tree's base is 6.8 us), whatever nbytes says."""
     topo = one_node(8, latency_us=2.0)
-    assert collective_time_s("barrier", 1e9, range(8), topo) == pytest.approx(2 * 7 * 2e-6 + BASE)
+    assert collective_time_s("barrier", 1e9, range(8), topo) == pytest.approx(6.6e-6 + 14 * 2e-6 * 0.6 / 3.4)
 
 
 def test_double_binary_tree_formula_one_gpu_per_node() -> None:
-    """Tree all-reduce over m single-GPU nodes: 2*S/B + 2*ceil(log2 m)*a_net + base (NCCL tuning model)."""
+    """Tree all-reduce over m single-GPU nodes, Simple: 2 S/B (each NIC sends and receives S in each of
+    the two phases over the two trees) at NCCL's tree factor 0.92 (no size correction at 1 GB), plus
+    base 8.4 us + 2 floor(log2 m) network hops of a = 5 us (tuning.cc tree latency)."""
     m, S, B = 16, 1e9, 25e9
     topo = Topology(synthetic_cluster(num_gpus=m, gpus_per_node=1, nic_GBps=25, nic_latency_us=5.0))
-    expected = 2 * S / B + 2 * math.ceil(math.log2(m)) * 5e-6 + BASE
-    assert collective_time_s("all_reduce", S, range(m), topo, algorithm="tree") == pytest.approx(expected)
+    expected = 2 * S / B / 0.92 + 2 * math.floor(math.log2(m)) * 5e-6 + BASE
+    got = collective_time_s("all_reduce", S, range(m), topo, algorithm="tree", protocol="Simple")
+    assert got == pytest.approx(expected)
 
 
-def test_hierarchical_formula_and_beats_flat_ring_across_nodes() -> None:
-    """4 nodes x 8 GPUs, S = 1 GiB: hierarchical = 2(g-1)/g S/B_nvl + 2(m-1)/m (S/g)/B_nic, far below
-    the flat single ring bounded by one NIC: 2(n-1)/n S/B_nic."""
+def test_multi_node_ring_uses_one_channel_per_nic_rail() -> None:
+    """4 nodes x 8 GPUs, 8 NICs each: 8 rings (channels) each carry S/8 and leave every node on their own
+    rail, so a NIC moves S/(8 n) per step against S/n on each NVLink port. All-gather, Simple:
+    (n-1) steps x max(S/(n B_nvl), S/(8 n B_nic)) + base + (n-m) intra steps at max(a_nvl, 3 x 1 us
+    network posting overhead on Intel) + (m-1) network steps at a_net (NCCL's ring latency)."""
+    g, m, S, B_nvl, B_nic = 8, 4, GiB, 300e9, 25e9
+    n = g * m
+    topo = Topology(synthetic_cluster(num_gpus=n, intra_GBps=300, nic_GBps=25, intra_latency_us=2.0,
+                                      nic_latency_us=10.0))
+    step = max(S / (n * B_nvl), S / (g * n * B_nic))
+    expected = (n - 1) * step + BASE + (n - m) * 3e-6 + (m - 1) * 10e-6
+    got = collective_time_s("all_gather", S, range(n), topo, algorithm="ring", protocol="Simple")
+    assert got == pytest.approx(expected)
+    # One NIC per node: the ring's inter-node hop carries a whole S/n per step.
+    one_nic = Topology(synthetic_cluster(num_gpus=n, intra_GBps=300, nic_GBps=25, nics_per_node=1))
+    assert collective_time_s("all_gather", S, range(n), one_nic, algorithm="ring") == pytest.approx(
+        (n - 1) * S / (n * B_nic))
+
+
+def test_multi_node_ring_all_reduce_latency_plateau() -> None:
+    """Multi-node ring all-reduce with Simple: NCCL multiplies the latency by 1.4 (Ampere and later) once
+    a channel moves >= 64 B per rank (tuning.cc, "plateau effect of ring")."""
+    g, m, S = 8, 2, GiB
+    n = g * m
+    topo = Topology(synthetic_cluster(num_gpus=n, intra_GBps=300, nic_GBps=25, intra_latency_us=2.0,
+                                      nic_latency_us=10.0))
+    step = max(S / (n * 300e9), S / (g * n * 25e9))
+    latency = (BASE + (2 * (n - 1) - 2 * (m - 1)) * 3e-6 + 2 * (m - 1) * 10e-6) * 1.4
+    got = collective_time_s("all_reduce", S, range(n), topo, algorithm="ring", protocol="Simple")
+    assert got == pytest.approx(2 * (n - 1) * step + latency)
+
+
+def test_nvls_all_reduce_inside_an_nvlink_sharp_node() -> None:
+    """NVLS: every GPU sends S (1 + 1/g) into the NVSwitch and receives as much, at NCCL's Hopper NVLS
+    efficiency 0.85 of the port rate; latency the NVLS hop 25 us (25/3.4 of the profile's 3.4 us), no
+    base. It beats the ring at 1 GiB (busbw 2(g-1)/(g+1) x 0.85 B = 1.32 B against B) and is what auto
+    picks there; all-gather stays on the ring (NVLS moves S per port, the ring (g-1)/g S)."""
+    g, S, B = 8, GiB, 450e9 * 0.82
+    topo = Topology(synthetic_cluster(num_gpus=g, intra_GBps=450, link_efficiency=0.82, intra_latency_us=3.4,
+                                      nvlink_sharp=True, gpu_arch="hopper"))
+    expected = 25e-6 + S * (1 + 1 / g) / (B * 0.85)
+    assert collective_time_s("all_reduce", S, range(g), topo, algorithm="nvls") == pytest.approx(expected)
+    assert choose("all_reduce", S, range(g), topo) == ("nvls", "Simple")
+    assert choose("all_gather", S, range(g), topo)[0] == "ring"
+    with pytest.raises(SimgridError, match="NVLink SHARP"):
+        collective_time_s("all_reduce", S, range(g), one_node(8), algorithm="nvls")
+
+
+def test_pat_all_gather_one_rank_per_node() -> None:
+    """PAT (all-gather with one rank per node): base 8.0 us + floor(log2 m) network hops / 3.5 + 2.8 us
+    per rank, at 0.75 of the ring's bandwidth (tuning.cc)."""
+    m, S, B = 16, 64e6, 25e9
+    topo = Topology(synthetic_cluster(num_gpus=m, gpus_per_node=1, nic_GBps=25, nic_latency_us=5.0))
+    expected = 8.0e-6 + 4 * 5e-6 / 3.5 + 2.8e-6 * m + (m - 1) / m * S / B / 0.75
+    assert collective_time_s("all_gather", S, range(m), topo, algorithm="pat") == pytest.approx(expected)
+
+
+def test_hierarchical_formula() -> None:
+    """4 nodes x 8 GPUs, S = 1 GiB, latency-free: hierarchical = 2(g-1)/g S/B_nvl + 2(m-1)/m (S/g)/B_nic
+    (kept by name for what-if studies; NCCL's rings reach the same NIC load with one channel per rail)."""
     g, m, S, B_nvl, B_nic = 8, 4, GiB, 300e9, 25e9
     topo = Topology(synthetic_cluster(num_gpus=g * m, intra_GBps=300, nic_GBps=25))
     hier = collective_time_s("all_reduce", S, range(g * m), topo, algorithm="hierarchical")
-    ring = collective_time_s("all_reduce", S, range(g * m), topo, algorithm="ring")
     assert hier == pytest.approx(2 * (g - 1) / g * S / B_nvl + 2 * (m - 1) / m * (S / g) / B_nic)
-    assert ring == pytest.approx(2 * (g * m - 1) / (g * m) * S / B_nic)
-    assert hier < ring / 4
-    assert choose_algorithm("all_reduce", S, range(g * m), topo) == "hierarchical"
+    assert choose_algorithm("all_reduce", S, range(g * m), topo) != "hierarchical"
 
 
 def test_auto_prefers_tree_for_small_messages_on_many_nodes() -> None:
@@ -93,20 +179,19 @@ def test_auto_prefers_tree_for_small_messages_on_many_nodes() -> None:
 
 
 def test_tensor_parallel_across_nodes_is_much_slower_than_within() -> None:
-    """TP all-reduce of one activation (2048 x 12288 bf16 = 50 MB), tp 16 on 8-GPU DGX-A100-like nodes vs
-    tp 8 inside a node. With 8 HDR NICs per node (200 GB/s) the inter-node half of the hierarchical
-    algorithm adds S/(8 x 25 GB/s) = 0.25 ms to the 0.29 ms NVLink part, plus 9.6 us network steps;
-    with one NIC per node the NIC carries all of it: 2 ms, over 5x."""
+    """TP all-reduce of one activation (2048 x 12288 bf16 = 50 MB), tp 16 on two DGX-A100-like nodes vs
+    tp 8 inside one: across nodes each node must send at least S (its partial sums of the half the other
+    node finishes, then those results) through its 8 x 25 GB/s NICs, which no algorithm beats (the
+    double binary tree reaches it: NCCL's choice here); with one NIC per node the NIC carries it all."""
     def topo(nics: int) -> Topology:
         return Topology(synthetic_cluster(num_gpus=16, intra_GBps=300, nic_GBps=25, intra_latency_us=3.4,
-                                          nic_latency_us=9.6, nics_per_node=nics))
+                                          nic_latency_us=14.0, nics_per_node=nics))
     S = 2048 * 12288 * 2
     within = collective_time_s("all_reduce", S, range(8), topo(8))
-    assert within == pytest.approx(2 * 7 / 8 * S / 300e9 + 14 * 3.4e-6 + BASE)
+    assert within == pytest.approx(2 * 7 / 8 * S / 300e9 + 14 * 3.4e-6 + BASE)  # Simple wins at 50 MB
     across = collective_time_s("all_reduce", S, range(16), topo(8))
-    hier_bandwidth = 2 * 7 / 8 * S / 300e9 + 2 * (1 / 2) * (S / 8) / 25e9
-    assert across == pytest.approx(hier_bandwidth + 2 * 7 * 3.4e-6 + 2 * 9.6e-6 + BASE)
-    assert across > 1.7 * within
+    assert across > S / (8 * 25e9)
+    assert across > 1.2 * within
     assert collective_time_s("all_reduce", S, range(16), topo(1)) > 5 * within
 
 
@@ -138,7 +223,8 @@ def test_count_multiplies_latency_not_bandwidth() -> None:
     S, B, a, n, k = 64e6, 100e9, 3.4e-6, 8, 24
     topo = one_node(n, latency_us=3.4)
     expected = 2 * (n - 1) / n * S / B + k * (2 * (n - 1) * a + BASE)
-    assert collective_time_s("all_reduce", S, range(n), topo, count=k) == pytest.approx(expected)
+    got = collective_time_s("all_reduce", S, range(n), topo, count=k, protocol="Simple")
+    assert got == pytest.approx(expected)
 
 
 def test_measured_table_overrides_the_formula() -> None:

@@ -76,16 +76,31 @@ def test_phases_simulated_alone_equal_the_closed_form(kind: str, algorithm: str,
 
 
 def test_ring_phase_structure_and_bytes() -> None:
-    """Ring all-reduce on 8 GPUs: base-latency phase, then one phase of 8 neighbour sends of S/8 repeated
+    """Ring all-reduce of 1 GiB on 8 GPUs (Simple wins at that size): a latency phase carrying NCCL's whole
+    latency (base 8.4 us + 14 hops of 3.4 us), then one phase of 8 neighbour sends of S/8 repeated
     2(n-1) = 14 times: every rank sends 2(n-1)/n * S in total."""
     topo = Topology(synthetic_cluster(num_gpus=8, intra_latency_us=3.4))
-    S = 8e6
-    base, ring = collective_phases("all_reduce", S, range(8), topo, algorithm="ring")
-    assert base.transfers == () and base.latency_s == pytest.approx(NCCL_BASE_LATENCY_US * 1e-6)
-    assert ring.repeat == 14
+    S = 2**30
+    latency, ring = collective_phases("all_reduce", S, range(8), topo, algorithm="ring")
+    assert latency.transfers == () and latency.latency_s == pytest.approx((NCCL_BASE_LATENCY_US + 14 * 3.4) * 1e-6)
+    assert ring.repeat == 14 and ring.latency_s == 0.0
     assert sorted(ring.transfers) == [(i, (i + 1) % 8, S / 8) for i in range(8)]
     assert ring.total_bytes == pytest.approx(8 * 2 * 7 / 8 * S)
-    assert ring.latency_s == pytest.approx(3.4e-6)
+
+
+def test_multi_node_ring_phase_rides_every_rail() -> None:
+    """2 nodes x 4 GPUs (4 NICs each): 4 channels; channel j visits a node from its j-th GPU, hands the
+    chunk back to it over NVLink (PXN) and sends it to the other node's j-th GPU on rail j."""
+    topo = Topology(synthetic_cluster(num_gpus=8, gpus_per_node=4))
+    (ring,) = collective_phases("all_gather", 8e6, range(8), topo, algorithm="ring")
+    chunk = 8e6 / (4 * 8)
+    inter = sorted((a, b) for a, b, s in ring.transfers if topo.node_of(a) != topo.node_of(b))
+    assert inter == sorted([(j, j + 4) for j in range(4)] + [(j + 4, j) for j in range(4)])
+    assert all(topo.nic_of(a) == topo.nic_of(b) for a, b in inter)
+    assert {s for _, _, s in ring.transfers} == {chunk}
+    assert ring.repeat == 7
+    outgoing = [sum(1 for a, b, _ in ring.transfers if a == r and topo.node_of(b) == topo.node_of(r)) for r in range(8)]
+    assert outgoing == [4] * 8  # every NVLink port carries one chunk per channel: S/n per step
 
 
 def test_hierarchical_phase_structure() -> None:
@@ -102,12 +117,20 @@ def test_hierarchical_phase_structure() -> None:
 
 
 def test_count_scales_latency_in_phases() -> None:
-    """count=k folded collectives: phase latencies times k, bytes unchanged (the op's total)."""
+    """count=k folded collectives: the latency phase times k, bytes unchanged (the op's total)."""
     topo = Topology(synthetic_cluster(num_gpus=8, intra_latency_us=3.4))
     one = collective_phases("all_reduce", 8e6, range(8), topo, algorithm="ring")
     four = collective_phases("all_reduce", 8e6, range(8), topo, algorithm="ring", count=4)
     assert [p.latency_s * 4 for p in one] == pytest.approx([p.latency_s for p in four])
-    assert [p.total_bytes for p in one] == [p.total_bytes for p in four]
+    assert [p.total_bytes for p in one] == pytest.approx([p.total_bytes for p in four])
+
+
+def test_protocol_bandwidth_factor_inflates_the_flow_bytes() -> None:
+    """LL128 moves 120 of 128 bytes: its phases carry the bytes / 0.92, so that flow mode alone takes the
+    closed-form time (8 MB on 8 GPUs picks LL128)."""
+    topo = Topology(synthetic_cluster(num_gpus=8, intra_latency_us=3.4))
+    phases = collective_phases("all_reduce", 4 * 2**20, range(8), topo, algorithm="ring", protocol="LL128")
+    assert phases[1].total_bytes == pytest.approx(8 * 2 * 7 / 8 * 4 * 2**20 / 0.92)
 
 
 def test_single_rank_has_no_phases() -> None:

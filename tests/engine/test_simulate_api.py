@@ -28,11 +28,11 @@ def result() -> SimulationResult:
 
 def test_json_has_the_issue_keys(result: SimulationResult) -> None:
     """to_json_dict carries every key issue 4 lists (plus descriptive fields), exposed comm by tp/pp/dp
-    (and cp, zero without context parallelism)."""
+    (and cp and ep, zero without context or expert parallelism)."""
     data = result.to_json_dict()
     assert set(data) >= ISSUE_KEYS
-    assert set(data["exposed_comm_s"]) == {"tp", "cp", "pp", "dp"}
-    assert data["exposed_comm_s"]["cp"] == 0.0
+    assert set(data["exposed_comm_s"]) == {"tp", "cp", "ep", "pp", "dp"}
+    assert data["exposed_comm_s"]["cp"] == 0.0 and data["exposed_comm_s"]["ep"] == 0.0
     assert data["world_size"] == 8 and data["model"] == "tiny-gpt" and data["cluster"] == "dgx-a100-hdr"
     json.dumps(data)  # JSON-serialisable as is
 

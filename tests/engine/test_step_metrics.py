@@ -45,7 +45,7 @@ def test_exposed_comm_is_averaged_per_rank_by_kind() -> None:
     rows = [_f(0, 0, 1), _f(1, 0, 1),
             _wait(0, 1, 2, 0.2, "tp"), _wait(1, 1, 2, 0.1, "pp"), _wait(0, 2, 3, 0.05, "embed-grad"),
             _wait(1, 2, 3, 0.5, "dp-grad"), _wait(0, 3, 4, 0.3, "zero-param"), _wait(0, 4, 5, 1.0, "offload")]
-    assert exposed_comm_by_kind(Trace(rows)) == pytest.approx({"tp": 0.1, "cp": 0.0, "pp": 0.075, "dp": 0.4})
+    assert exposed_comm_by_kind(Trace(rows)) == pytest.approx({"tp": 0.1, "cp": 0.0, "ep": 0.0, "pp": 0.075, "dp": 0.4})
 
 
 def test_executed_flops_scale_with_multiplicity() -> None:
@@ -71,7 +71,8 @@ def test_compute_metrics_from_a_trace() -> None:
     assert m.fits is False
     assert set(m.to_json_dict()) == {
         "step_time_s", "tokens_per_s", "tflops_per_gpu", "hw_tflops_per_gpu", "mfu", "hfu", "bubble_fraction",
-        "peak_memory_bytes", "memory_capacity_bytes", "fits", "exposed_comm_s", "world_size"}
+        "peak_memory_bytes", "memory_capacity_bytes", "fits", "exposed_comm_s", "world_size",
+        "memory_reserved_bytes", "memory_verdict"}
 
 
 def test_model_flops_follow_megatron_eq3_without_recompute() -> None:

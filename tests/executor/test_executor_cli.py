@@ -71,3 +71,53 @@ def test_run_a_saved_program_file_and_write_its_trace(tmp_path, capsys: pytest.C
     assert summary["losses"][1] < summary["losses"][0]
     events = json.loads(trace.read_text())
     assert events["traceEvents"]
+
+
+def test_version_help_and_no_abbreviations(capsys: pytest.CaptureFixture[str]) -> None:
+    """`simgrid-exec --version` prints the version; every sub-command has a description and an example;
+    abbreviated options are refused (`--step` is not `--steps`)."""
+    import argparse
+
+    from executor.cli import _parser
+    from simgrid import __version__
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--version"])
+    assert exc.value.code == 0 and capsys.readouterr().out.strip() == f"simgrid-exec {__version__}"
+    parser = _parser()
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert not parser.allow_abbrev and all(not p.allow_abbrev for p in subs.values())
+    for name, sub in subs.items():
+        assert sub.description and sub.epilog and "simgrid-exec " in sub.epilog, name
+    with pytest.raises(SystemExit):
+        main(["run", "--step", "2"])
+    assert "unrecognized arguments: --step 2" in capsys.readouterr().err
+
+
+def test_run_takes_the_order_of_a_torch_csv_and_marks_the_warm_up(tmp_path, capsys: pytest.CaptureFixture[str],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run --pipeline-csv F.csv` runs the file's order (an interleaved zero-bubble order on 2 ranks here);
+    step 0 is marked as warm-up, in the text and in the JSON."""
+    import json
+
+    from simgrid.ir import actions_to_csv
+    from simgrid.schedules.pipeline import pipeline_order
+
+    path = tmp_path / "zb.csv"
+    path.write_text(actions_to_csv(pipeline_order("interleaved-zb", 2, 4, 2)), newline="")
+    assert main(["run", "--pipeline-csv", str(path), "--precision", "fp32", "--steps", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "(warm-up" in lines[0] and "warm-up" not in lines[1]
+    assert lines[-1].startswith("step time") and "(step 1, after the warm-up)" in lines[-1]
+    import executor.runner
+    from executor.runner import RunResult
+
+    def fake_run(program: object, **kwargs: object) -> RunResult:  # the JSON summary, without a second launch
+        return RunResult(losses=[2.0, 1.0, 0.5], step_times_s=[9.0, 1.0, 3.0])
+
+    monkeypatch.setattr(executor.runner, "run_program", fake_run)
+    assert main(["run", "--pipeline-csv", str(path), "--precision", "fp32", "--steps", "3", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["warmup_steps"] == 1 and summary["world_size"] == 2 and summary["measured_step_s"] == 2.0
+    assert main(["run", "--pipeline-csv", str(path), "--pp", "4"]) == 2
+    assert "--pp 4 disagrees with --pipeline-csv" in capsys.readouterr().err

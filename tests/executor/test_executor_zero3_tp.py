@@ -2,8 +2,8 @@
 
 Under tensor parallelism a block is a chain of segments, and the executor runs the segment after a cut
 (residual add and bias after the row-parallel all-reduce; the norm backward after the gradient
-all-reduce) when its result is first needed. ZeRO-3 frees a block's gathered parameters at the FREE the
-IR places after the block's compute, so those segments must run at that FREE, before the release. The
+all-reduce) when its result is first needed. ZeRO-3 frees a unit's gathered parameters at the FREE the
+IR places after the unit's last compute op, so those segments must run at that FREE, before the release. The
 4-rank layouts run one after another in one spawned world (module-scoped fixture), as in
 ``test_executor_numerics.py``; SGD keeps per-tensor comparisons meaningful (see that module's docstring).
 The time of those late segments is traced as the compute op they finish, never twice.
@@ -48,7 +48,7 @@ STEPS = 2
 """Two steps: the second step's loss checks that the updated shards are what the next gathers deliver."""
 
 ZERO3_TP: dict[str, Layout] = {
-    "tp2xdp2-zero3": Layout(tp=2, dp=2, zero=3, global_batch_size=4, **SGD),
+    "tp2xdp2-zero3": Layout(tp=2, dp=2, zero=3, zero_impl="fsdp2", global_batch_size=4, **SGD),
     "tp2xdp2-zero3-sp": Layout(tp=2, dp=2, zero=3, sequence_parallel=True, global_batch_size=4, **SGD),
     "tp2xdp2-zero3-sp-full-recompute": Layout(tp=2, dp=2, zero=3, sequence_parallel=True, recompute="full",
                                               global_batch_size=4, **SGD),
@@ -117,31 +117,31 @@ def _deferred_rows(result: RunResult, rank: int) -> list[tuple[str, str, object]
 @pytest.mark.timeout(300)
 def test_segments_run_at_the_zero3_free_are_traced_as_the_compute_op_they_finish(
         zero3_tp_programs: dict[str, Program], zero3_tp_results: dict[str, RunResult]) -> None:
-    """TP2 x DP2 ZeRO-3: every block with a forward TP collective (per the IR) gets exactly one row at its
-    forward FREE, and every block with a backward TP collective one at its backward FREE, on every rank and
-    micro-batch; each row carries the kind, stage, micro-batch and text of the F or B op covering that
-    block and micro-batch, runs on the compute stream, takes time, and carries no FLOPs."""
+    """TP2 x DP2 ZeRO-3 with FSDP2's units: a layer's gathered parameters are freed right after the last
+    compute op of the layer in each pass (the MLP's forward, the attention's backward), so that op's
+    late segment (after its TP all-reduce) runs at the FREE: exactly one row there, on every rank and
+    micro-batch, carrying the kind, stage, micro-batch and text of the op, on the compute stream, taking
+    time, with no FLOPs."""
     name = "tp2xdp2-zero3"
     program, result = zero3_tp_programs[name], zero3_tp_results[name]
     for rank, ops in enumerate(program.ranks):
         rows = _deferred_rows(result, rank)
         computes = [op for op in ops if isinstance(op, Compute)]
-        for phase, kind in (("fwd", "F"), ("bwd", "B")):
-            blocks = sorted({int(m.group(1)) for op in ops if isinstance(op, Collective) and op.purpose == "tp"
-                             for m in [re.fullmatch(rf"b(\d+):{phase}", op.label)] if m})
-            assert blocks, (rank, phase)
-            for op in (c for c in computes if c.kind == kind):
-                for block in range(op.block_start, op.block_end):
-                    if block not in blocks:
-                        continue
-                    free = format_op(Free(name=f"zero3-param:m{op.microbatch}:{kind}:b{block}"))
-                    found = [row for owner, where, row in rows if where == free]
-                    assert len(found) == 1, (rank, free, len(found))
-                    row = found[0]
-                    assert row.op.startswith(format_op(op) + "  #"), (rank, row.op)
-                    assert (row.kind, row.stage, row.microbatch) == (kind, op.stage, op.microbatch)
-                    assert (row.stream, row.purpose, row.flops) == ("compute", "compute", 0.0)
-                    assert row.end_s > row.start_s
+        for phase, kind, first_of_layer in (("fwd", "F", 2), ("bwd", "B", 1)):
+            blocks = {int(m.group(1)) for op in ops if isinstance(op, Collective) and op.purpose == "tp"
+                      for m in [re.fullmatch(rf"b(\d+):{phase}", op.label)] if m}
+            last_of_unit = [op for op in computes if op.kind == kind and op.block_start in blocks
+                            and op.block_start % 2 == first_of_layer % 2 and 0 < op.block_start <= 2 * TINY.num_layers]
+            assert last_of_unit, (rank, phase)
+            for op in last_of_unit:
+                found = [row for owner, where, row in rows if owner == format_op(op)]
+                assert len(found) == 1, (rank, format_op(op), len(found))
+                row = found[0]
+                where = next(w for owner, w, r in rows if r is row)
+                assert where.startswith("FREE name=zero3-param:"), (rank, where)
+                assert (row.kind, row.stage, row.microbatch) == (kind, op.stage, op.microbatch)
+                assert (row.stream, row.purpose, row.flops) == ("compute", "compute", 0.0)
+                assert row.end_s > row.start_s
 
 
 @pytest.mark.torch
@@ -193,8 +193,10 @@ def _sharded_attention_block() -> tuple[types.SimpleNamespace, dict[str, torch.T
     interp = types.SimpleNamespace(book=book, modules=modules, zero3_live={}, runs={}, head=-1,
                                    result=StepResult(), rank=0, ops=ops, texts=[format_op(op) for op in ops],
                                    current_index=2, in_compute=False, stage_of={1: 0},
-                                   segment_owner={(1, 0, "fwd"): 0, (1, 0, "bwd"): 1}, timer=HostTimer())
-    for method in ("finish_forward", "finish_ready_segments", "deferred_segments", "_deferred_row"):
+                                   segment_owner={(1, 0, "fwd"): 0, (1, 0, "bwd"): 1}, timer=HostTimer(),
+                                   unresolved=[])
+    for method in ("finish_forward", "finish_ready_segments", "deferred_segments", "_deferred_row", "add_row",
+                   "resolve_rows"):
         setattr(interp, method, types.MethodType(getattr(RankInterpreter, method), interp))
     return interp, full
 
@@ -258,6 +260,7 @@ def test_zero3_free_runs_the_norm_backward_after_the_gradient_all_reduce_then_re
     torch.testing.assert_close(module.norm_bias.grad, summed.sum(dim=(0, 1)), rtol=1e-5, atol=1e-5)
     assert all(p.numel() == 0 for p in module.parameters())
     # Only the norm backward ran at a FREE (the forward had finished before the first one): one B row.
+    interp.resolve_rows()  # rows are built from their timer marks when the step ends
     assert [(r.kind, r.op.split("  #")[0]) for r in interp.result.rows] == [("B", interp.texts[1])]
 
 
@@ -287,6 +290,7 @@ def test_zero3_free_times_the_late_segment_into_a_row_of_the_compute_op_it_finis
         release_zero3(interp, 1)
 
         assert run.forward_complete
+        interp.resolve_rows()
         rows = interp.result.rows
         if in_compute:
             assert rows == []

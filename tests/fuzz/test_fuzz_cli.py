@@ -97,12 +97,21 @@ MODEL = {"name": "m", "num_layers": 4, "hidden_size": 64, "num_heads": 4, "num_k
          "position": "rope", "bias": False}
 
 
+MOE_MODEL = {**MODEL, "moe": {"num_experts": 4, "top_k": 2, "expert_ffn_hidden_size": 96,
+                               "shared_expert_ffn_hidden_size": 0, "shared_expert_gate": False, "first_dense_layers": 0,
+                               "normalize_top_k": True, "capacity_factor": None, "load_imbalance": 1.0}}
+MODEL_FIELDS = [(False, path) for path in leaves(MODEL)] + [(True, path) for path in leaves(MOE_MODEL)]
+
+
 @SETTINGS
-@given(key=st.sampled_from(sorted(MODEL)), value=values, command=st.sampled_from(["simulate", "memory", "program"]))
-def test_mutated_model_files(tmp_path_factory: pytest.TempPathFactory, key: str, value: Any, command: str) -> None:
-    """One field of a Llama-style model file changed; simulate, memory or program reads it."""
+@given(field=st.sampled_from(MODEL_FIELDS), value=values, command=st.sampled_from(["simulate", "memory", "program"]))
+def test_mutated_model_files(tmp_path_factory: pytest.TempPathFactory, field: tuple[bool, tuple[str, ...]],
+                             value: Any, command: str) -> None:
+    """One field of a Llama-style model file, dense or with MoE layers, changed; simulate, memory or program
+    reads it."""
     folder, out = _files(tmp_path_factory)
-    (folder / "m.json").write_text(json.dumps(replaced(MODEL, (key,), value)))
+    moe, path = field
+    (folder / "m.json").write_text(json.dumps(replaced(MOE_MODEL if moe else MODEL, path, value)))
     argv = [command, "--model", str(folder / "m.json")]
     if command == "simulate":
         argv += ["--cluster", "dgx-a100-hdr", "--gpus", "2", "--json"]

@@ -270,6 +270,13 @@ def test_gpu_field_errors(tmp_path: Path, old: str, new: str, message: str) -> N
         ("latency_us = 5.7\nefficiency = 0.8\n\n[pcie_link]", "latency_us = -1\nefficiency = 0.8\n\n[pcie_link]",
          r"intra_link\.latency_us = -1\.0 must be >= 0 and finite"),
         ('gpu = "toy-gpu"', "gpu = 3", r"gpu = 3 must be a GPU profile name, a path, or an inline \[gpu\] table"),
+        ("nics_per_node = 1", 'nics_per_node = 1\ncpu_vendor = "via"',
+         r"cpu_vendor = 'via' must be one of 'intel', 'amd', 'arm'"),
+        ("nics_per_node = 1", 'nics_per_node = 1\ngpu_arch = "kepler"',
+         r"gpu_arch = 'kepler' must be one of 'volta', 'ampere', 'hopper', 'blackwell'"),
+        ("nics_per_node = 1", "nics_per_node = 1\nnvlink_sharp = 1", r"nvlink_sharp = 1 must be true or false"),
+        ("nics_per_node = 1", "nics_per_node = 1\nnvlink_sharp = true",
+         r"nvlink_sharp = True needs intra_fabric = 'nvswitch' \(got 'pcie'\)"),
     ],
 )
 def test_node_field_errors(tmp_path: Path, old: str, new: str, message: str) -> None:

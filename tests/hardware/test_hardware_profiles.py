@@ -96,17 +96,20 @@ def test_large_gemm_ceilings_match_published_measurements() -> None:
 
 
 def test_node_links_match_hardware_reference() -> None:
-    """NVLink per-direction rates, NIC rates (Gb/s -> GB/s) and NCCL step latencies from hardware.md."""
+    """NVLink per-direction rates, NIC rates (Gb/s -> GB/s) from hardware.md; NCCL's Simple ring step
+    latencies (NVLink 3.4, PCI 5.7, network 14.0 us: src/graph/tuning.cc)."""
     dgx_a100 = load_node("dgx-a100")
     assert (dgx_a100.gpus_per_node, dgx_a100.intra_fabric, dgx_a100.intra_link.bandwidth_GBps) == (8, "nvswitch", 300)
     assert (dgx_a100.nics_per_node, dgx_a100.nic_link.bandwidth_GBps) == (8, 200 / 8)
     assert (dgx_a100.intra_link.latency_us, dgx_a100.pcie_link.latency_us, dgx_a100.nic_link.latency_us) == (
-        3.4, 5.7, 9.6)
+        3.4, 5.7, 14.0)
     assert dgx_a100.pcie_link.bandwidth_GBps == 32
+    assert (dgx_a100.cpu_vendor, dgx_a100.gpu_arch, dgx_a100.nvlink_sharp) == ("amd", "ampere", False)
     dgx_h100 = load_node("dgx-h100")
     assert (dgx_h100.intra_link.bandwidth_GBps, dgx_h100.nic_link.bandwidth_GBps) == (450, 400 / 8)
     assert dgx_h100.intra_link.efficiency == pytest.approx(370 / 450, abs=0.01)
     assert dgx_h100.pcie_link.bandwidth_GBps == 64
+    assert (dgx_h100.cpu_vendor, dgx_h100.gpu_arch, dgx_h100.nvlink_sharp) == ("intel", "hopper", True)
     assert load_node("hgx-b200").intra_link.bandwidth_GBps == 900
     rtx = load_node("rtx4090-workstation")
     assert (rtx.gpus_per_node, rtx.intra_fabric, rtx.intra_link.bandwidth_GBps) == (4, "pcie", 32)

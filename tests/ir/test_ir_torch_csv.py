@@ -15,12 +15,14 @@ from simgrid.ir import (
     Action,
     actions_from_csv,
     actions_to_csv,
+    cells_from_csv,
     comm_actions,
     compute_actions,
     from_csv,
     pipeline_ranks,
     to_csv,
     to_torch_csv,
+    with_reduce_grad,
 )
 from simgrid.ir.torch_csv import ACTION_KINDS, STAGE_ACTION_KINDS
 
@@ -95,8 +97,8 @@ def test_pipeline_ranks_are_replica_0_tensor_rank_0() -> None:
     p = hybrid_tp_pp()
     assert pipeline_ranks(p) == [0, 2]
     assert [[str(a) for a in row] for row in comm_actions(p)] == [
-        ["0F0", "0SEND_F0", "0RECV_B0", "0B0"],
-        ["1RECV_F0", "1F0", "1B0", "1SEND_B0"],
+        ["0F0", "0SEND_F0", "0RECV_B0", "0B0", "0REDUCE_GRAD"],
+        ["1RECV_F0", "1F0", "1B0", "1SEND_B0", "1REDUCE_GRAD"],
     ]
 
 
@@ -194,8 +196,11 @@ def test_torch_lowering_places_sends_where_our_hand_built_1f1b_does(tmp_path: Pa
     schedule = _load_with_torch(to_torch_csv(p), tmp_path, num_stages=2, pp=2, m=3, fmt="compute_only")
     lowered = _strs(schedule.pipeline_order_with_comms)  # type: ignore[attr-defined]
     bookkeeping = ("UNSHARD", "RESHARD", "REDUCE_GRAD")
-    lowered = [[a for a in row if not a.endswith(bookkeeping)] for row in lowered]
-    assert lowered == [[str(a) for a in row] for row in comm_actions(p)]
+    lowered_without = [[a for a in row if not a.endswith(bookkeeping)] for row in lowered]
+    ours = [[str(a) for a in row] for row in comm_actions(p)]
+    assert lowered_without == [[a for a in row if not a.endswith(bookkeeping)] for row in ours]
+    # torch puts each stage's REDUCE_GRAD where we do: after the stage's last backward (and its SEND_B).
+    assert [[a for a in row if not a.endswith(("UNSHARD", "RESHARD"))] for row in lowered] == ours
 
 
 @pytest.mark.torch
@@ -239,3 +244,51 @@ def test_torch_reads_and_writes_our_action_text(action: Action) -> None:
     assert theirs.computation_type.value == action.kind
     assert theirs.microbatch_index == (None if action.microbatch == -1 else action.microbatch)
     assert Action.parse(repr(theirs)) == action
+
+
+def test_compute_comms_has_one_reduce_grad_per_stage_after_its_last_backward() -> None:
+    """torch's runtime divides gradients by the micro-batch count at REDUCE_GRAD, so the compute_comms
+    export must carry one per stage, after the stage's last B (and its SEND_B), as torch's lowering does;
+    the compute_only export must not (torch adds it itself and refuses non-compute cells there)."""
+    p = one_f_one_b_two_stages()
+    rows = [[str(a) for a in row] for row in comm_actions(p)]
+    assert [row.count(f"{r}REDUCE_GRAD") for r, row in enumerate(rows)] == [1, 1]
+    assert rows[0][-2:] == ["0B2", "0REDUCE_GRAD"]
+    assert rows[1][-3:] == ["1B2", "1SEND_B2", "1REDUCE_GRAD"]
+    assert "REDUCE_GRAD" not in to_torch_csv(p)
+    assert to_torch_csv(p, "compute_comms").count("REDUCE_GRAD") == 2
+
+
+def test_reduce_grad_follows_the_last_weight_gradient_and_overlapped_backwards() -> None:
+    """With split backwards the last W closes the stage; a B inside an OVERLAP_F_B counts too; an order
+    that already holds REDUCE_GRAD is left alone."""
+    order = [Action(0, "I", 0), Action(0, "W", 0), Action(0, "I", 1), Action(0, "SEND_B", 1), Action(0, "W", 1)]
+    assert [str(a) for a in with_reduce_grad(order)][-2:] == ["0W1", "0REDUCE_GRAD"]
+    pair = Action.overlap(Action(1, "F", 0), Action(0, "B", 0))
+    assert [str(a) for a in with_reduce_grad([Action(0, "F", 0), Action(1, "F", 1), pair])] == [
+        "0F0", "1F1", "(1F0;0B0)OVERLAP_F_B", "0REDUCE_GRAD",
+    ]
+    done = [*with_reduce_grad(order)]
+    assert with_reduce_grad(done) == done
+
+
+def test_overlap_cells_follow_torch_grammar() -> None:
+    """ScheduleDualPipeV's compound cell parses to its sub-actions and prints back the same; malformed
+    ones name the problem."""
+    pair = Action.parse("(0F1;3B0)OVERLAP_F_B")
+    assert pair.leaves == (Action(0, "F", 1), Action(3, "B", 0))
+    assert str(pair) == "(0F1;3B0)OVERLAP_F_B"
+    assert Action(2, "W", 0).leaves == (Action(2, "W", 0),)
+    with pytest.raises(ProgramError, match=r"groups compute actions \(F, I, W, B\) only, got 0SEND_F1"):
+        Action.parse("(0F1;0SEND_F1)OVERLAP_F_B")
+    with pytest.raises(ProgramError, match=r"only OVERLAP_F_B has sub-actions"):
+        Action(-1, "OVERLAP_F_B", -1)
+
+
+def test_import_keeps_idle_cells_so_torch_dumps_re_export_byte_for_byte() -> None:
+    """cells_from_csv keeps torch's empty cells as None; actions_to_csv writes them back unchanged."""
+    dump = ",0F0,,,0B0,0REDUCE_GRAD\r\n1F0,1B0,(1F1;0B1)OVERLAP_F_B\r\n"
+    cells = cells_from_csv(dump)
+    assert cells[0][:3] == [None, Action(0, "F", 0), None]
+    assert actions_to_csv(cells) == dump
+    assert actions_from_csv(dump)[0] == [Action(0, "F", 0), Action(0, "B", 0), Action(0, "REDUCE_GRAD")]

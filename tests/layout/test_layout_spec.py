@@ -37,8 +37,8 @@ def test_microbatch_count_is_global_batch_over_replicas() -> None:
         ({"pp": 2, "schedule": "none"}, r"pp = 2 needs a pipeline schedule"),
         ({"pp": 2, "schedule": "interleaved-1f1b", "global_batch_size": 4}, r"needs vpp >= 2"),
         (
-            {"pp": 2, "vpp": 2, "schedule": "interleaved-1f1b", "global_batch_size": 3},
-            r"multiple of pp = 2",
+            {"pp": 2, "vpp": 2, "schedule": "interleaved-1f1b", "global_batch_size": 5},
+            r"m = 5 in max\(1, m // pp\) = 2 rounds of equal size \(pp = 2\).*use m = 4 or 6 \(m = global batch 5",
         ),
         ({"pp": 2, "vpp": 3, "schedule": "zbv", "global_batch_size": 4}, r"exactly 2 model chunks"),
         ({"pp": 2, "vpp": 2, "global_batch_size": 4}, r"vpp = 2 \(virtual stages\) only applies"),

@@ -132,13 +132,26 @@ def test_no_suggestion_when_nothing_fits() -> None:
 
 
 def test_buffers() -> None:
-    """DDP: two 25 MiB buckets; ZeRO-3: (1 + prefetch) largest gathered blocks; pipeline: act + grad in transit."""
+    """DDP: two 25 MiB buckets; pipeline: act + grad in transit; ZeRO-3 by implementation (gpt2-small,
+    h 768, 12 layers, vocab 50257, 1024 learned positions, tied, bf16):
+
+    * DeepSpeed: the whole model's partitioned tensors fit in its 1e9-element reuse window, so every
+      tensor of >= 1e5 elements is gathered at once (word and position embeddings; per layer QKV
+      768 x 2304, out 768 x 768, fc1 and fc2 768 x 3072; norms and biases stay whole), and the two
+      5e8-element reduce buckets exceed its 124,439,808 gradients, so all of them.
+    * FSDP2: the root (embeddings, final norm) plus two layers gathered; gradients likewise.
+    """
     m = get_model("gpt2-small")
     assert comm_buffer_bytes(m, Layout()) == {}
     assert comm_buffer_bytes(m, Layout(dp=2)) == {"dp-buckets": 2 * 25 * 2**20}
-    largest = 50257 * 768 + 1024 * 768  # the embedding block
-    assert comm_buffer_bytes(m, Layout(dp=2, zero=3)) == {"zero3-gather": 2 * largest * 2}
     assert comm_buffer_bytes(m, Layout(pp=2, global_batch_size=2)) == {"pp-p2p": 2 * 1024 * 768 * 2}
+    partitioned = 50257 * 768 + 1024 * 768 + 12 * (768 * 2304 + 768 * 768 + 2 * 768 * 3072)
+    assert comm_buffer_bytes(m, Layout(dp=2, zero=3)) == {"zero3-gather": 2 * partitioned,
+                                                          "zero3-grads": 2 * 124_439_808}
+    root = 50257 * 768 + 1024 * 768 + 2 * 768
+    layer = 2 * 2 * 768 + 768 * 2304 + 2304 + 768 * 768 + 768 + 2 * 768 * 3072 + 3072 + 768
+    assert comm_buffer_bytes(m, Layout(dp=2, zero=3, zero_impl="fsdp2")) == {
+        "zero3-gather": 2 * (root + 2 * layer), "zero3-grads": 2 * (root + 2 * layer)}
 
 
 def test_gpu_without_capacity_is_rejected() -> None:

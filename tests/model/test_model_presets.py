@@ -8,7 +8,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 
 from simgrid.errors import ModelError
-from simgrid.model import get_model, list_models, model_from_params, param_count
+from simgrid.model import get_model, list_models, model_from_params, param_count, params_granularity, params_note
 
 # Narayanan et al. SC'21 Table 1 (copied from shared/reference/megatron_sc21_table1.csv):
 # (published parameters in billions as printed, heads, hidden, layers).
@@ -103,7 +103,8 @@ def test_lookup_is_case_insensitive_and_list_is_complete() -> None:
     """Names resolve case-insensitively; list_models has every preset once."""
     assert get_model("GPT3-175B").name == "gpt3-175b"
     names = [m.name for m in list_models()]
-    assert len(names) == len(set(names)) and len(names) == 30  # 21 + the 9 megatron-h100-* shapes
+    # 21 + the 9 megatron-h100-* + 4 gpt3-125m..2.7b + 5 MoE presets (4 published, tiny-moe)
+    assert len(names) == len(set(names)) and len(names) == 39
 
 
 def test_unknown_model_lists_close_matches_and_names() -> None:
@@ -114,20 +115,26 @@ def test_unknown_model_lists_close_matches_and_names() -> None:
         get_model("bert")
 
 
-@pytest.mark.parametrize("n_params", [1.3e9, 7e9, 13e9, 70e9, 175e9, 1e12, 3e12])
-def test_model_from_params_is_close_to_the_request(n_params: float) -> None:
-    """The shape for --params N is within half a layer of N: under 3% above 1B."""
+@pytest.mark.parametrize("n_params", [5e7, 1.234e8, 1.3e9, 7e9, 7.5e9, 13e9, 70e9, 175e9, 1e12, 3e12])
+def test_model_from_params_means_n_within_the_stated_granularity(n_params: float) -> None:
+    """--params N builds N parameters to within half of the step the shape moves in (16 of MLP width:
+    L * 16 * (2h + 1) parameters, which params_note states); under 0.1% above 1B."""
     m = model_from_params(n_params)
-    per_layer = 12 * m.hidden_size**2
-    assert abs(param_count(m) - n_params) <= per_layer / 2 + 13 * m.hidden_size
-    assert abs(param_count(m) / n_params - 1) < 0.03
-    assert m.vocab_size == 51200 and m.seq_length == 2048
+    step = m.num_layers * 16 * (2 * m.hidden_size + 1)  # W1 column, its bias and W2 row per MLP unit
+    assert params_granularity(m) == step
+    assert abs(param_count(m) - n_params) <= step / 2
+    assert n_params < 1e9 or abs(param_count(m) / n_params - 1) < 0.001
+    assert m.ffn_size % 16 == 0 and m.vocab_size == 51200 and m.seq_length == 2048
+    assert f"steps of {step:,}" in params_note(m, n_params)
 
 
 def test_model_from_params_reuses_a_reference_width() -> None:
-    """7.5e9 gives the SC'21 7.5B width (4096, 32 heads) and its 36 layers."""
+    """7.5e9 gives the SC'21 7.5B width (4096, 32 heads) and its 36 layers, with the MLP widened from
+    16384 to 16496 so the count is 7.5e9 (the SC'21 shape itself has 7.47B)."""
     m = model_from_params(7.5e9)
-    assert (m.hidden_size, m.num_heads, m.num_layers) == (4096, 32, 36)
+    assert (m.hidden_size, m.num_heads, m.num_layers, m.ffn_size) == (4096, 32, 36, 16496)
+    assert param_count(m) == 7_500_820_416
+    assert round(param_count(get_model("megatron-7.5b")) / 1e9, 2) == 7.47
 
 
 @pytest.mark.parametrize("bad", [0, -5, 1e6, math.nan, "7e9"])

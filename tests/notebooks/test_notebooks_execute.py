@@ -60,21 +60,33 @@ def _stream_text(nb: nbformat.NotebookNode) -> str:
 
 
 def test_every_source_has_a_committed_notebook_and_back() -> None:
-    """The list of notebooks, the sources and the committed .ipynb files name the same seven notebooks."""
+    """The list of notebooks, the sources and the committed .ipynb files name the same nine notebooks."""
     sources = {p.stem for p in (NOTEBOOK_DIR / "sources").glob("*.py")}
     committed = {p.stem for p in NOTEBOOK_DIR.glob("*.ipynb")}
     assert set(NAMES) == sources == committed
-    assert len(NAMES) == 7
+    assert len(NAMES) == 9
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_committed_notebook_matches_its_source_and_has_no_outputs(name: str) -> None:
-    """A committed notebook is exactly the builder's rendering of its source: no stale edits, no outputs."""
+def test_committed_notebook_matches_its_source_and_carries_its_outputs(name: str) -> None:
+    """A committed notebook holds exactly its source's cells (no stale edits), every code cell executed
+    once in order, and the figures it draws (what a reader on GitHub sees)."""
     committed = (NOTEBOOK_DIR / f"{name}.ipynb").read_text()
-    assert committed == BUILDER.render(name), f"run: python notebooks/build_notebooks.py ({name} is stale)"
+    fix = f"run: python notebooks/build_notebooks.py {name}"
+    assert BUILDER.matches_source(committed, name), f"{name} is stale; {fix}"
+    assert BUILDER.executed_in_order(committed), f"{name} was not executed top to bottom; {fix}"
     nb = nbformat.reads(committed, as_version=4)
-    assert all(not cell.get("outputs") and cell.get("execution_count") is None
-               for cell in nb.cells if cell.cell_type == "code")
+    assert _outputs(nb, "image/png"), f"{name} carries no figure; {fix}"
+    assert not any(out.get("output_type") == "error" for cell in nb.cells for out in cell.get("outputs", []))
+
+
+def test_outputs_do_not_count_as_source_changes() -> None:
+    """Stripping outputs from a committed notebook gives the bare rendering; editing a cell does not."""
+    committed = (NOTEBOOK_DIR / "quickstart.ipynb").read_text()
+    nb = nbformat.reads(committed, as_version=4)
+    assert nbformat.writes(BUILDER.without_outputs(nb)) + "\n" == BUILDER.render("quickstart")
+    nb.cells[-1].source += "\n# edited by hand"
+    assert not BUILDER.matches_source(nbformat.writes(nb), "quickstart")
 
 
 def test_percent_format_parser_splits_markdown_code_and_magics() -> None:

@@ -98,3 +98,52 @@ def test_memory_timeline_from_trace_meta(tmp_path: Path) -> None:
     src = trace.save(tmp_path / "m.json")
     assert json.loads(src.read_text())["meta"]["memory_timeline"]["0"]["total_bytes"] == [1, 5, 2]
     assert main(["plot", str(src), "--kind", "memory", "--out", str(tmp_path / "m.png")]) == 0
+
+
+def test_saved_traces_reproduce_the_runs_metrics_and_name_it_in_the_title(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A simulated step saved as a simgrid trace or as Chrome JSON carries its model, layout and metrics
+    inputs: reading either back gives the run's own bubble, MFU and step time (the Chrome file used to
+    drop the exposed part of each WAIT, which turned exposed communication into bubble), and
+    `simgrid plot` titles the chart with the model and the layout."""
+    import matplotlib.pyplot as plt
+
+    from simgrid import Layout, simulate
+    from simgrid.cli.cmd_plot import load_any_trace
+    from simgrid.metrics import metrics_from_trace
+
+    result = simulate("gpt2-small", "dgx-a100-hdr", Layout(dp=2, tp=2, pp=2, global_batch_size=16))
+    assert result.metrics.bubble_fraction > 0 and any(r.exposed_s > 0 for r in result.trace.timing_rows)
+    chrome, saved = tmp_path / "chrome.json", tmp_path / "saved.json"
+    result.trace.to_chrome_trace(chrome)
+    result.trace.save(saved)
+    for path in (chrome, saved):
+        back = metrics_from_trace(load_any_trace(path))
+        assert back is not None
+        for field in ("bubble_fraction", "mfu", "hfu", "step_time_s", "tokens_per_s"):
+            assert getattr(back, field) == pytest.approx(getattr(result.metrics, field), rel=1e-9), field
+        assert back.exposed_comm_s == pytest.approx(result.metrics.exposed_comm_s)
+    created: list[object] = []
+    original = plt.Figure.savefig
+
+    def keep(fig: object, *args: object, **kwargs: object) -> None:
+        created.append(fig)
+        original(fig, *args, **kwargs)  # type: ignore[arg-type]
+
+    plt.Figure.savefig = keep  # type: ignore[method-assign]
+    try:
+        assert main(["plot", str(chrome), "--out", str(tmp_path / "g.png")]) == 0
+    finally:
+        plt.Figure.savefig = original  # type: ignore[method-assign]
+    err = capsys.readouterr().err
+    assert f"bubble {result.metrics.bubble_fraction:.1%}" in err
+    title = created[0].axes[0].get_title()  # type: ignore[attr-defined]
+    assert title.startswith("gpt2-small, dp 2, tp 2, pp 2, mbs 1, gbs 16 (m = 8), 1f1b")
+    assert f"bubble {result.metrics.bubble_fraction:.1%}" in title
+
+
+def test_a_trace_without_a_run_description_has_no_metrics() -> None:
+    """Hand-made rows carry no model or layout: metrics_from_trace says None rather than guessing."""
+    from simgrid.metrics import metrics_from_trace
+
+    assert metrics_from_trace(_trace()) is None

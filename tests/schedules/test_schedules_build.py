@@ -14,7 +14,7 @@ from simgrid.ir.dryrun import cost_by_kind, dry_run
 from simgrid.ir.ops import Collective, Compute, Recv, Send
 from simgrid.ir.validate import validate_program
 from simgrid.layout.mesh import Mesh
-from simgrid.layout.spec import Layout
+from simgrid.layout.spec import SCHEDULES, Layout
 from simgrid.model import get_model
 from simgrid.model.spec import ModelSpec
 from simgrid.schedules import build_program
@@ -24,13 +24,14 @@ from simgrid.schedules import build_program
 def hybrid_layouts(draw: st.DrawFn) -> tuple[ModelSpec, Layout, str]:
     """A small valid (model, layout, granularity) over every schedule and technique."""
     pp = draw(st.integers(1, 4))
-    schedule = "none" if pp == 1 else draw(st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv"]))
-    vpp = {"interleaved-1f1b": draw(st.integers(2, 3)), "zbv": 2}.get(schedule, 1)
+    schedule = "none" if pp == 1 else draw(st.sampled_from([s for s in SCHEDULES if s != "none"]))
+    vpp = {"interleaved-1f1b": draw(st.integers(2, 3)), "interleaved-zb": draw(st.integers(2, 3)),
+           "looped-bfs": draw(st.integers(1, 2)), "zbv": 2, "dualpipev": 2}.get(schedule, 1)
     dp = draw(st.integers(1, 3))
     tp = draw(st.sampled_from([1, 2]))
-    m = draw(st.integers(1, 6))
-    if schedule == "interleaved-1f1b":
-        m = pp * draw(st.integers(1, 2))
+    m = draw(st.integers(2 * pp if schedule == "dualpipev" else 1, 8))
+    if schedule in ("interleaved-1f1b", "interleaved-zb"):
+        m -= m % max(1, m // pp)  # equal interleaving rounds (m need not be a multiple of pp)
     zero = draw(st.integers(0, 3)) if pp == 1 else draw(st.integers(0, 1))
     dp_mode = "parameter-server" if zero == 0 and draw(st.booleans()) else "allreduce"
     layout = Layout(
@@ -57,7 +58,6 @@ def test_random_layouts_validate_dry_run_and_cover_every_microbatch(case: tuple[
     validate_program(program)
     dry_run(program)
     dry_run(program, cost_by_kind({"F": 1, "B": 2, "I": 1, "W": 1, "R": 1, "OPT": 3}))
-    split = layout.schedule in ("zb-h1", "zbv")
     mesh = Mesh(layout)
     for rank, ops in enumerate(program.ranks):
         covered = Counter()
@@ -66,10 +66,14 @@ def test_random_layouts_validate_dry_run_and_cover_every_microbatch(case: tuple[
                 for block in range(op.block_start, op.block_end):
                     covered[(op.kind, op.microbatch, block)] += 1
         pp_rank = mesh.coords(rank).pp
-        blocks = [b for (_, _, b) in covered]
-        kinds = ("F", "I", "W") if split else ("F", "B")
+        blocks = {b for (_, _, b) in covered}
         assert set(covered.values()) == {1}
-        assert len(covered) == len(kinds) * layout.num_microbatches * len(set(blocks))
+        for mb in range(layout.num_microbatches):  # DualPipeV mixes B and I + W over micro-batches
+            for block in blocks:
+                split = ("I", mb, block) in covered
+                kinds = ("F", "I", "W") if split else ("F", "B")
+                assert all((kind, mb, block) in covered for kind in kinds)
+                assert not split or ("B", mb, block) not in covered
         assert pp_rank == 0 or 0 not in blocks
 
 

@@ -43,10 +43,10 @@ def test_schedule_json_and_csv_write_files(tmp_path: Path, capsys: pytest.Captur
 
 
 def test_schedule_rule_violation_is_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    """Interleaving with m not a multiple of pp: one-line error naming the rule, exit code 2."""
-    code = main(["schedule", "--schedule", "interleaved-1f1b", "--pp", "4", "--vpp", "2", "--microbatches", "6"])
+    """Interleaving with m split into unequal rounds: one-line error naming the rule, exit code 2."""
+    code = main(["schedule", "--schedule", "interleaved-1f1b", "--pp", "4", "--vpp", "2", "--microbatches", "9"])
     err = capsys.readouterr().err
-    assert code == 2 and len(err.strip().splitlines()) == 1 and "multiple of pp" in err
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "rounds of equal size" in err
 
 
 def test_program_then_validate_program(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -84,3 +84,19 @@ def test_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert "example" in capsys.readouterr().out
+
+
+def test_pipeline_csv_is_drawn_and_written_back_byte_for_byte(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`schedule --pipeline-csv F` draws a torch CSV (transfers, REDUCE_GRAD and idle cells included) in
+    unit time, and `--format torch-csv` writes the very bytes back."""
+    dump = "0F0,0SEND_F0,,0RECV_B0,0B0,0REDUCE_GRAD\r\n,1RECV_F0,1F0,1B0,1SEND_B0,1REDUCE_GRAD\r\n"
+    src = tmp_path / "t.csv"
+    src.write_bytes(dump.encode())
+    assert main(["schedule", "--pipeline-csv", str(src)]) == 0
+    grid = capsys.readouterr().out
+    assert "rank 1" in grid and "makespan 6 units" in grid
+    out = tmp_path / "back.csv"
+    assert main(["schedule", "--pipeline-csv", str(src), "--format", "torch-csv", "--out", str(out)]) == 0
+    assert out.read_bytes() == dump.encode()
+    assert main(["schedule", "--pipeline-csv", str(src), "--pp", "2"]) == 2
+    assert "drop --schedule, --pp and --microbatches" in capsys.readouterr().err

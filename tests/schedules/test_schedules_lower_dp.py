@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
 from schedule_helpers import TINY, replay_peaks
 
 from simgrid.ir.ops import Alloc, Collective, Compute, Free, Wait
@@ -99,52 +98,6 @@ def test_zero2_reduce_scatters_every_microbatch_and_lowers_the_gradient_peak() -
     peak2 = replay_peaks(ops2)
     peak1 = replay_peaks(_ops(Layout(zero=1, **base)))
     assert peak2["grads"] + peak2["comm"] < peak1["grads"]
-
-
-@pytest.mark.parametrize("depth", [1, 2, 3])
-def test_zero3_gathers_each_block_before_use_with_the_prefetch_depth(depth: int) -> None:
-    """Before every compute op its block's ALL_GATHER was waited, and exactly min(depth, blocks left)
-    later blocks of the same pass have been issued but not yet used (Rajbhandari et al. 2020, 5.3)."""
-    layout = Layout(dp=2, zero=3, global_batch_size=4, zero3_prefetch_depth=depth)
-    ops = _ops(layout)
-    waited: set[str] = set()
-    issued: list[str] = []
-    for op in ops:
-        if isinstance(op, Collective) and op.purpose == "zero-param":
-            issued.append(op.handle)
-        elif isinstance(op, Wait):
-            waited.add(op.handle)
-        elif isinstance(op, Compute) and op.kind in ("F", "B"):
-            tag = f"zero3-param:m{op.microbatch}:{op.kind}:"
-            assert f"{tag}b{op.block_start}" in waited
-            ahead = [h for h in issued if h.startswith(tag) and h not in waited]
-            left = op.block_start if op.kind == "B" else 9 - op.block_start
-            assert len(ahead) == min(depth, left)
-    gathers = _colls(ops, "zero-param")
-    assert len(gathers) == 2 * 2 * 10  # every block, forward and backward, each micro-batch
-    assert {op.label for _, op in gathers} == {f"b{b}:param" for b in range(10)}
-
-
-def test_zero3_reduce_scatters_each_blocks_gradient_and_frees_gathered_params() -> None:
-    """After each block's backward its gradient is reduce-scattered; gathered buffers never outlive use."""
-    layout = Layout(dp=2, zero=3, global_batch_size=2)
-    ops = _ops(layout)
-    scatters = _colls(ops, "zero-grad")
-    assert [op.label for _, op in scatters] == [f"b{b}:grad" for b in range(9, -1, -1)]
-    for index, op in scatters:
-        block = int(op.label[1:].split(":")[0])
-        producer = next(o for o in reversed(ops[:index]) if isinstance(o, Compute))
-        assert producer.kind == "B" and producer.block_start == block
-    allocs = {op.name for op in ops if isinstance(op, Alloc)}
-    frees = {op.name for op in ops if isinstance(op, Free)}
-    assert allocs == frees
-
-
-def test_zero3_stage_granularity_folds_the_gathers() -> None:
-    """At stage granularity one gather covers the whole stage, count = blocks folded."""
-    ops = _ops(Layout(dp=2, zero=3, global_batch_size=2), granularity="stage")
-    gathers = _colls(ops, "zero-param")
-    assert [op.count for _, op in gathers] == [10, 10]
 
 
 def test_unoverlapped_grad_sync_comes_after_the_last_backward() -> None:

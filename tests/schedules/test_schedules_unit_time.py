@@ -130,3 +130,15 @@ def test_start_times_match_a_sweep_over_all_ranks(schedule: str, vpp: int) -> No
         for m in (pp, 2 * pp, 3 * pp):
             order = pipeline_order(schedule, pp, m, vpp)
             assert simulate_unit_time(order, widths).starts == _sweep_until_stuck(order, widths), (pp, m)
+
+
+def test_bookkeeping_actions_of_imported_orders_take_no_time_and_wait_for_nothing() -> None:
+    """torch's orders hold REDUCE_GRAD (and transfers, UNSHARD/RESHARD): they used to deadlock the unit-time
+    run (read as a backward of micro-batch -1); now they cost nothing, and the timing is the plain order's."""
+    plain = pipeline_order("1f1b", 2, 3)
+    extra = [[Action(r, "UNSHARD"), *row, Action(r, "REDUCE_GRAD"), Action(r, "RESHARD")] for r, row in enumerate(plain)]
+    extra[0].insert(2, Action(0, "SEND_F", 1))
+    a, b = simulate_unit_time(plain), simulate_unit_time(extra)
+    assert b.makespan == a.makespan and b.busy == a.busy
+    for row, plain_starts, starts in zip(extra, a.starts, b.starts, strict=True):
+        assert [t for action, t in zip(row, starts, strict=True) if action.kind in ("F", "B")] == plain_starts

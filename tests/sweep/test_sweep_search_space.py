@@ -62,17 +62,22 @@ def test_fixed_degrees_count_exactly() -> None:
     assert "ZeRO" in reason and "N" in reason  # numbers are blanked so equal rules group together
 
 
-def test_interleaved_vpp_must_divide_layers_and_microbatches_a_multiple_of_pp() -> None:
-    """8 layers, pp = 2: vpp in {2, 4} (pp*vpp | 8); m = 16/(mbs*dp) must be a multiple of pp."""
+def test_interleaved_vpp_must_divide_layers_and_microbatches_fill_equal_rounds() -> None:
+    """8 layers, pp = 2: vpp in {2, 4} (pp*vpp | 8); m = 24/(mbs*dp) must split into max(1, m // pp)
+    equal rounds (torch's flexible interleaving: m <= pp or, e.g., a multiple of pp)."""
     constraints = SweepConstraints(
-        tp=1, pp=2, schedules=("interleaved-1f1b",), zero_stages=(0,), recompute=("none",)
+        tp=1, pp=2, schedules=("interleaved-1f1b",), zero_stages=(0,), recompute=("none",), max_mbs=12
     )
-    space = enumerate_layout_space(EIGHT_LAYERS, 8, gpus=4, global_batch=16, constraints=constraints)
+    space = enumerate_layout_space(EIGHT_LAYERS, 8, gpus=4, global_batch=24, constraints=constraints)
     got = {(lay.vpp, lay.micro_batch_size) for lay in space.layouts}
-    # dp = 2, so m = 8/mbs: mbs 1 -> 8, 2 -> 4, 4 -> 2, 8 -> 1 (odd: refused for pp = 2).
-    assert got == {(v, m) for v in (2, 4) for m in (1, 2, 4)}
+    # dp = 2, so m = 12/mbs: mbs 1 -> 12, 2 -> 6, 3 -> 4, 4 -> 3 (1 round of 3 is fine),
+    # 6 -> 2, 12 -> 1; m = 3 with pp = 2 is one round, so every mbs is valid here.
+    assert got == {(v, m) for v in (2, 4) for m in (1, 2, 3, 4, 6, 12)}
     assert all(lay.schedule == "interleaved-1f1b" for lay in space.layouts)
-    assert any("multiple of pp" in r for r in space.invalid_reasons)  # mbs = 8
+    odd = enumerate_layout_space(EIGHT_LAYERS, 8, gpus=4, global_batch=10, constraints=constraints)
+    # m = 5 over pp = 2 would be two rounds of unequal size: refused.
+    assert {lay.micro_batch_size for lay in odd.layouts} == {5}
+    assert any("rounds of equal size" in r for r in odd.invalid_reasons)
 
 
 def test_uneven_stages_only_when_allowed() -> None:

@@ -13,7 +13,8 @@ Rules (one buffer per compute unit, i.e. per sub-block or per stage, and micro-b
   whole stage's per-layer recomputes, and allocating the whole stage's rebuilt activations would
   overstate the peak by (layers per stage - 1) layers' worth;
 * both are freed after the op that last needs them: the full backward B or, when the backward is split,
-  the weight-gradient W. W needs the inputs of every linear layer, which are most of the saved
+  the weight-gradient W (per micro-batch: DualPipeV runs some micro-batches of a stage with B and others
+  with I and W). W needs the inputs of every linear layer, which are most of the saved
   activations, so keeping the whole buffer until W is a simple upper bound (Qi et al. 2023, section 3,
   count ZB-H1's activation memory the same way). This is also why ZB-H1's per-rank peak equals 1F1B's.
 """
@@ -49,8 +50,6 @@ def recompute_working_bytes(ctx: LoweringContext, block_start: int, block_end: i
 
 def add_activation_memory(ctx: LoweringContext, role: Role) -> Role:
     """ALLOC activations after F (and R), FREE them after the backward that releases them."""
-    split = any(step.action is not None and step.action.kind == "W" for step in role)
-    release = "W" if split else "B"
     live: set[str] = set()
     kept = ctx.memo["kept_activations"]  # equal for every micro-batch
     for step in role:
@@ -74,7 +73,7 @@ def add_activation_memory(ctx: LoweringContext, role: Role) -> Role:
                 name = activation_name(op, recomputed=True)
                 new_ops.append(Alloc(name=name, bytes=size, category="activations"))
                 live.add(name)
-            elif op.kind == release:
+            elif op.kind in ("B", "W"):  # a micro-batch has either B or I then W
                 for name in (activation_name(op), activation_name(op, recomputed=True)):
                     if name in live:
                         new_ops.append(Free(name=name))

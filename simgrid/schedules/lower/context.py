@@ -21,11 +21,19 @@ from typing import TYPE_CHECKING, Any, Literal
 from simgrid.errors import ScheduleError
 from simgrid.ir.ops import Op
 from simgrid.ir.torch_csv import Action
+from simgrid.layout.experts import ExpertCoord
 from simgrid.layout.mesh import Mesh, RankCoord
 from simgrid.layout.spec import Layout
 from simgrid.model.spec import ModelSpec
 from simgrid.schedules.buckets import Bucket, grad_buckets
-from simgrid.schedules.pipeline import PipelineOrder, pipeline_order, rank_stages, stage_chunk, stage_to_rank
+from simgrid.schedules.pipeline import (
+    PipelineOrder,
+    flatten_order,
+    pipeline_order,
+    rank_stages,
+    stage_chunk,
+    stage_to_rank,
+)
 
 if TYPE_CHECKING:
     from simgrid.memory.states import ModelStates
@@ -56,6 +64,9 @@ class LoweringContext:
     model: ModelSpec
     layout: Layout
     granularity: Granularity = "block"
+    imported_order: PipelineOrder | None = None
+    """A compute order to lower instead of the layout schedule's own (e.g. from a torch CSV); it must
+    place stages as the layout does (:func:`simgrid.schedules.imported.check_order`)."""
 
     def __post_init__(self) -> None:
         if self.granularity not in GRANULARITIES:
@@ -66,7 +77,7 @@ class LoweringContext:
         self._costs: dict[int, BlockCost] = {}
         self._states: dict[int, ModelStates] = {}
         self._full_activation: dict[int, int] = {}
-        self._buckets: dict[int, list[Bucket]] = {}
+        self._buckets: dict[tuple[int, bool], list[Bucket]] = {}
         self._blocks: dict[int, range] = {}
         self._units: dict[int, tuple[tuple[int, int], ...]] = {}
         self.memo: dict[str, dict[Any, Any]] = defaultdict(dict)
@@ -92,11 +103,19 @@ class LoweringContext:
     def order(self) -> PipelineOrder:
         """Compute-only pipeline order, per pipeline rank."""
         lay = self.layout
-        return pipeline_order(self.schedule, lay.pp, self.num_microbatches, lay.vpp)
+        order = self.imported_order
+        if order is None:
+            order = pipeline_order(self.schedule, lay.pp, self.num_microbatches, lay.vpp)
+        # OVERLAP_F_B units run their two computations back to back (torch's runtime default), each its own step.
+        return flatten_order(order)
 
     def coord(self, pp_rank: int) -> RankCoord:
         """Canonical coordinates of a role: the ``dp = 0, tp = 0`` (and ``cp = 0``) rank of the pipeline rank."""
         return RankCoord(pp=pp_rank, dp=0, tp=0, cp=0 if self.layout.cp > 1 else None)
+
+    def expert_coord(self, pp_rank: int) -> ExpertCoord:
+        """Expert-mesh coordinates of a role's canonical rank (index 0 of its stage: every expert index 0)."""
+        return ExpertCoord(pp=pp_rank, edp=0, ep=0, etp=0)
 
     def canonical_rank(self, pp_rank: int) -> int:
         """Global rank of a role's canonical coordinates."""
@@ -152,11 +171,12 @@ class LoweringContext:
             found = self._full_activation[block] = int(block_cost(self.model, plain, block).activation_bytes)
         return found
 
-    def buckets(self, stage: int) -> list[Bucket]:
-        """Gradient buckets of a global stage (the executor's :func:`grad_buckets`, cached)."""
-        found = self._buckets.get(stage)
+    def buckets(self, stage: int, *, experts: bool = False) -> list[Bucket]:
+        """Gradient buckets of a global stage (the executor's :func:`grad_buckets`, cached); ``experts``: the
+        routed experts' buckets, synced over the expert data-parallel group."""
+        found = self._buckets.get((stage, experts))
         if found is None:
-            found = self._buckets[stage] = grad_buckets(self.model, self.layout, stage)
+            found = self._buckets[(stage, experts)] = grad_buckets(self.model, self.layout, stage, experts=experts)
         return found
 
     @cached_property
@@ -173,5 +193,21 @@ class LoweringContext:
             blocks = self.blocks(stage)
             whole = self.granularity == "stage"
             found = self._units[stage] = ((blocks.start, blocks.stop),) if whole else tuple((b, b + 1) for b in blocks)
+            if whole and self.layout.zero == 3 and self.layout.grad_sync_size > 1:
+                found = self._units[stage] = self._zero3_units(blocks)
         return found
+
+    def _zero3_units(self, blocks: range) -> tuple[tuple[int, int], ...]:
+        """At stage granularity ZeRO-3 still computes per gather unit (its overlap is per unit): one op
+        per FSDP2 layer or per sub-block for DeepSpeed (simgrid.schedules.lower.zero3)."""
+        from simgrid.model.zero3_units import fsdp2_unit
+
+        units: list[tuple[int, int]] = []
+        for b in blocks:
+            if units and self.layout.zero_impl == "fsdp2" and fsdp2_unit(self.model, b) == fsdp2_unit(self.model, units[-1][0]) \
+                    and units[-1][1] == b:
+                units[-1] = (units[-1][0], b + 1)  # the MLP joins its layer's attention
+            else:
+                units.append((b, b + 1))
+        return tuple(units)
 

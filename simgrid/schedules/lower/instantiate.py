@@ -15,6 +15,13 @@ from __future__ import annotations
 import numpy as np
 
 from simgrid.ir.ops import Collective, Op, Recv, Send
+from simgrid.layout.experts import (
+    ExpertCoord,
+    edp_group_name,
+    ep_group_name,
+    etp_group_name,
+    expert_coords_of,
+)
 from simgrid.layout.mesh import Mesh, RankCoord
 from simgrid.schedules.lower.optimizer import embed_group_name
 
@@ -48,6 +55,7 @@ class RoleInstantiator:
         self._tp_group_patches: dict[tuple[int, int], np.ndarray] = {}
         self._dp_group_patches: dict[int, np.ndarray] = {}
         self._cp_group_patches: dict[tuple[int, int], np.ndarray] = {}
+        self._expert_patches: dict[str, np.ndarray] = {}
 
     def _coord(self, dp: int, tp: int, cp: int) -> RankCoord:
         return RankCoord(pp=self.pp_rank, dp=dp, tp=tp, cp=cp if self._with_cp else None)
@@ -64,6 +72,12 @@ class RoleInstantiator:
         self._in_tp_group: list[int] = []  # differ by (dp, cp)
         self._in_dp_group: list[int] = []  # differ by tp
         self._in_cp_group: list[int] = []  # differ by (dp, tp)
+        # MoE parallel folding: ep, etp and edp groups differ by the rank's expert coordinates.
+        expert = ExpertCoord(pp=self.pp_rank, edp=0, ep=0, etp=0)
+        expert_names = {ep_group_name(expert): ep_group_name, etp_group_name(expert): etp_group_name,
+                        edp_group_name(expert): edp_group_name}
+        self._in_expert_group: dict[str, list[int]] = {name: [] for name in expert_names}
+        self._expert_namers = expert_names
         self._by_rank: list[int] = []
         for i, op in enumerate(template):
             kind = type(op)
@@ -77,6 +91,8 @@ class RoleInstantiator:
                     self._in_cp_group.append(i)
                 elif group == embed_name:
                     self._by_rank.append(i)
+                elif group in self._in_expert_group:
+                    self._in_expert_group[group].append(i)
             elif kind is Send or kind is Recv:
                 self._by_rank.append(i)
         pp_of_rank = {mesh.rank(pp=q, dp=0, tp=0): q for q in range(mesh.layout.pp)}
@@ -117,6 +133,13 @@ class RoleInstantiator:
             found = self._dp_group_patches[tp] = _object_array(ops)
         return found
 
+    def _patch_expert_group(self, canonical: str, coord: ExpertCoord) -> np.ndarray:
+        name = self._expert_namers[canonical](coord)
+        found = self._expert_patches.get(name)
+        if found is None:
+            found = self._expert_patches[name] = self._renamed(self._in_expert_group[canonical], name)
+        return found
+
     def _patch_rank(self, dp: int, tp: int, cp: int) -> list[Op]:
         lay = self.mesh.layout
         # rank = tp + TP * (cp + CP * (dp + DP * pp)) (Mesh): a peer on pipeline rank q is base + stride * q.
@@ -150,6 +173,11 @@ class RoleInstantiator:
             array[self._in_dp_group] = self._patch_dp_group(tp)
         if (dp or tp) and self._in_cp_group:
             array[self._in_cp_group] = self._patch_cp_group(dp, tp)
+        if any(self._in_expert_group.values()):
+            coord = expert_coords_of(self.mesh.layout, pp=self.pp_rank, dp=dp, tp=tp, cp=cp)
+            for canonical, indices in self._in_expert_group.items():
+                if indices:
+                    array[indices] = self._patch_expert_group(canonical, coord)
         if self._by_rank:
             patch = np.empty(len(self._by_rank), dtype=object)
             patch[:] = self._patch_rank(dp, tp, cp)

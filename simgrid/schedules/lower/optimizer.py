@@ -29,6 +29,7 @@ from simgrid.ir.ops import Alloc, Collective, Compute, Free, Op, Transfer, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.layout.spec import Layout
 from simgrid.schedules.lower.context import LoweringContext, Role
+from simgrid.schedules.lower.moe import expert_param_sync
 from simgrid.schedules.lower.tensor_parallel import sp_grad_sync
 
 OPTIMIZER_FLOPS_PER_PARAM: dict[str, int] = {
@@ -149,13 +150,16 @@ def _optimizer_ops(ctx: LoweringContext, pp_rank: int) -> list[Op]:
     lay = ctx.layout
     per = state_bytes_per_param(lay)
     shard = lay.grad_sync_size if lay.zero >= 1 else 1
+    expert_shard = lay.edp if lay.zero >= 1 else 1  # routed experts shard over the expert data-parallel group
     device = "cpu" if lay.offload_optimizer else "gpu"
     before: list[Op] = []
     steps: list[Op] = []
     after: list[Op] = []
     for stage in ctx.stages_of(pp_rank):
         blocks = ctx.blocks(stage)
-        params = math.ceil(sum(ctx.cost(b).param_count for b in blocks) / shard)
+        experts = sum(ctx.cost(b).expert_param_count for b in blocks)
+        params = (math.ceil((sum(ctx.cost(b).param_count for b in blocks) - experts) / shard)
+                  + math.ceil(experts / expert_shard))
         traffic = params * optimizer_traffic_bytes_per_param(lay)
         steps.append(Compute(kind="OPT", stage=-1, microbatch=-1, chunk=ctx.chunk_of(stage),
                              block_start=blocks.start, block_end=blocks.stop,
@@ -179,7 +183,7 @@ def _param_sync(ctx: LoweringContext, pp_rank: int) -> list[Op]:
     waits: list[Op] = []
     for stage in ctx.stages_of(pp_rank):
         for bucket in ctx.buckets(stage):
-            size = sum(ctx.cost(b).param_count for b in bucket.blocks) * lay.param_bytes
+            size = sum(ctx.cost(b).param_count - ctx.cost(b).expert_param_count for b in bucket.blocks) * lay.param_bytes
             label = f"s{stage}:bucket{bucket.index}"
             if lay.zero >= 1:
                 coll = Collective(kind="all_gather", group=group, bytes=size, purpose="zero-param",
@@ -198,6 +202,6 @@ def add_step_end(ctx: LoweringContext, role: Role, pp_rank: int, dp: int = 0) ->
     ops = _outstanding_grad_syncs(role) + sp_grad_sync(ctx, pp_rank) + _embed_sync(ctx, pp_rank)
     if _holds_optimizer(ctx, dp):
         ops += _optimizer_ops(ctx, pp_rank)
-    ops += _param_sync(ctx, pp_rank)
+    ops += _param_sync(ctx, pp_rank) + expert_param_sync(ctx, pp_rank)
     role[-1].ops = role[-1].ops + ops
     return role

@@ -136,6 +136,7 @@ def sp_partial_params(ctx: LoweringContext, block: int) -> int:
     ``sequence_parallel`` and ``_allreduce_layernorm_grads`` sums them).
     """
     from simgrid.model.blocks import block_kind
+    from simgrid.model.moe import is_moe_block
     from simgrid.model.params import norm_params
 
     model = ctx.model
@@ -144,7 +145,11 @@ def sp_partial_params(ctx: LoweringContext, block: int) -> int:
         return model.seq_length * model.hidden_size if model.position == "learned" else 0
     if kind == "head":
         return norm_params(model)
-    return norm_params(model) + (model.hidden_size if model.bias else 0)
+    extra = 0
+    if model.moe is not None and kind == "mlp" and is_moe_block(model, block):
+        # The router (and the shared expert's gate) is replicated over tp and sees the rank's sequence shard.
+        extra = model.hidden_size * (model.moe.num_experts + int(model.moe.shared_expert_gate))
+    return norm_params(model) + (model.hidden_size if model.bias else 0) + extra
 
 
 def sp_grad_sync(ctx: LoweringContext, pp_rank: int) -> list[Op]:

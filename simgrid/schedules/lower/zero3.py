@@ -1,153 +1,343 @@
-"""Pass: ZeRO-3 parameter gathers before use and gradient reduce-scatters after each backward.
+"""Pass: ZeRO-3 parameter gathers before use and gradient reduce-scatters, as DeepSpeed or FSDP2 does them.
 
-Rajbhandari et al. 2020 (ZeRO), section 5.3: each rank keeps 1/dp of every parameter; before a block's
-forward, and again before its backward, the block's parameters are all-gathered over the data-parallel
-group into a temporary buffer that is freed right after use; after a block's backward its gradient is
-reduce-scattered so each rank keeps only its shard. Like DeepSpeed's prefetcher we issue the gathers of
-``layout.zero3_prefetch_depth`` blocks ahead of the one being computed, so they overlap its compute.
+Rajbhandari et al. 2020 (ZeRO), section 5.3: each rank keeps 1/dp of every parameter; before a module
+runs (forward, recompute or backward) its parameters are all-gathered over the data-parallel group into
+a buffer released after use, and each gradient is reduce-scattered so each rank keeps only its shard.
+*What* is gathered at once, how far ahead and when it is released follows the implementation named by
+``layout.zero_impl`` (:mod:`simgrid.model.zero3_units`):
 
-Per compute unit (a sub-block, or a whole stage at ``stage`` granularity) of a forward or backward step:
+* ``deepspeed``: one gather per parameter-owning module (Megatron's fused QKV, output projection,
+  the two MLP matrices, embeddings, output layer), prefetching along the recorded module order until
+  ``stage3_prefetch_bucket_size`` elements are in flight (bounded by ``stage3_max_live_parameters``);
+  a module is released after use unless the trace uses it again within ``stage3_max_reuse_distance``
+  elements, measured in the framework's order: with full recompute a layer's recomputed forward runs
+  before its backward, so attention weights whose reuse lies beyond the distance (a large model's) are
+  released after the recompute and gathered again for the backward. Gradients are reduce-scattered per
+  ``reduce_bucket_size`` bucket.
+* ``fsdp2``: one gather per transformer layer (and one for the root: embedding, final norm, output
+  layer), the next unit prefetched while the current one computes (``layout.zero3_prefetch_depth``
+  units, FSDP2's 1 by default), layers resharded after forward and gathered again in the backward, the
+  root kept; each unit's gradients reduce-scattered when its backward ends.
 
-* ALLOC the gathered buffer (category ``comm``) and issue ALL_GATHER (purpose ``zero-param``,
-  label ``b<block>:param``) once the unit is within the prefetch window;
-* WAIT before the unit's first compute op (the recompute R too), FREE after its last one;
-* backward only: ALLOC a full-size gradient buffer before the backward, REDUCE_SCATTER it (purpose
-  ``zero-grad``, label ``b<block>:grad``) right after, and WAIT/FREE it one unit later (or at the step's
-  end), so the reduce-scatter overlaps the next unit's backward.
+The IR places these at sub-block granularity: a gather issued "during" a module is issued before the
+compute op of the sub-block holding that module, and waited before the first compute op that needs it
+(the recompute R included). Gathers of one block boundary that go to the same consumers fold into one
+collective with ``count`` = the calls it stands for. Labels name the blocks whose parameters an op moves
+(``b3+b4:param``, ``b5:grad``), which is what the executor gathers and reduce-scatters. Each gather has
+its ALLOC (category ``comm``) at issue and its FREE after the op that releases the last of its modules;
+a reduce-scatter's gradient buffer is allocated before its first backward op and freed once the next
+reduce-scatter is issued (double buffering), the last at the end of the backward.
 
-Prefetching does not cross steps: each micro-batch's forward and backward start with a fresh window.
-The collectives carry the unit's full bytes; at ``stage`` granularity the ALLOCs are sized as the
-block-granularity window (see :func:`buffer_bytes`), so both granularities replay the same peak. The
-head block of a model with tied embeddings also gathers (and reduce-scatters the gradient of) the word
-embedding it reads (:func:`tied_head_params`).
+ZeRO-3 needs pp = 1 (:class:`~simgrid.layout.Layout`), so one role holds the whole step: prefetching and
+residency carry from a micro-batch's forward into its backward and on into the next micro-batch.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
+from dataclasses import dataclass, field
+
 from simgrid.ir.ops import Alloc, Collective, Compute, Free, Op, Wait
 from simgrid.layout.mesh import Mesh
-from simgrid.schedules.buckets import block_grad_bytes
+from simgrid.memory.buffers import zero3_grad_bytes
+from simgrid.model.blocks import block_kind
+from simgrid.model.zero3_units import DEEPSPEED, FSDP2, block_modules, fsdp2_unit, partitioned_modules, unit_params
 from simgrid.schedules.lower.context import LoweringContext, Role
 
-
-def tied_head_params(ctx: LoweringContext, block: int) -> int:
-    """Parameters the head block reads but does not own: the tied word embedding, when the head shares
-    the embedding block's matrix on the same rank (pp = 1; with pp > 1 the head's cost already counts
-    Megatron's duplicate copy). ZeRO-3 gathers it with the head and reduce-scatters its gradient there."""
-    head = 2 * ctx.model.num_layers + 1
-    if block != head or not ctx.model.tied_embeddings or ctx.layout.pp > 1:
-        return 0
-    from simgrid.model import params
-
-    return params.word_embedding_params(ctx.model, ctx.layout.tp)
+_Pos = tuple[int, int]  # (step index, op index in the step)
+_BACKWARD = ("B", "I", "W")
 
 
-def gathered_param_bytes(ctx: LoweringContext, start: int, end: int) -> int:
-    """Working-precision bytes of the full (tp-sharded, dp-gathered) parameters blocks [start, end) use."""
-    count = sum(ctx.cost(b).param_count + tied_head_params(ctx, b) for b in range(start, end))
-    return count * ctx.layout.param_bytes
+@dataclass
+class _Use:
+    """One use of a gathered unit (FSDP2) or module (DeepSpeed) by consecutive compute ops."""
+
+    key: str
+    blocks: tuple[int, ...]
+    numel: int
+    first: _Pos
+    last: _Pos
+    step: int
+    layer: int
+    recompute: bool
+    release: bool = True
+    gather: bool = True
 
 
-def full_grad_bytes(ctx: LoweringContext, start: int, end: int) -> int:
-    """Unsharded gradient bytes blocks [start, end) produce (the tied head weight included)."""
-    from simgrid.memory.states import state_bytes_per_param
+@dataclass
+class _Call:
+    """One all-gather call (or several folded) and the uses it serves."""
 
-    per_param = state_bytes_per_param(ctx.layout).grads
-    return sum(block_grad_bytes(ctx.model, ctx.layout, b) + tied_head_params(ctx, b) * per_param
-               for b in range(start, end))
+    issue: _Pos
+    uses: list[int] = field(default_factory=list)
+    count: int = 1
 
 
-def buffer_bytes(ctx: LoweringContext, start: int, end: int, backward: bool) -> tuple[int, int]:
-    """(gathered-parameter, gradient) buffer bytes to ALLOC for a unit covering blocks [start, end).
+def _compute_positions(role: Role) -> list[tuple[_Pos, Compute]]:
+    return [((si, oi), op) for si, step in enumerate(role) if step.action is not None
+            for oi, op in enumerate(step.ops) if isinstance(op, Compute)]
 
-    One block: its own sizes. A stage-wide unit stands for the per-block gathers and reduce-scatters of
-    block granularity, which hold the block in use, ``prefetch depth`` gathered blocks ahead of it and,
-    in a backward, its gradient buffer and the previous block's (still being reduce-scattered); the
-    sizes returned add up to the largest such set, so both granularities replay the same peak.
-    Allocating the whole stage's parameters and gradients instead would put the entire stage in the
-    gather buffer, far above what ZeRO-3 holds (Rajbhandari et al. 2020, section 5.3).
-    """
-    if end - start == 1:
-        return gathered_param_bytes(ctx, start, end), full_grad_bytes(ctx, start, end)
-    memo = ctx.memo["zero3-buffers"]
-    key = (start, end, backward)
-    found = memo.get(key)
-    if found is None:
-        depth = ctx.layout.zero3_prefetch_depth
-        params = [gathered_param_bytes(ctx, b, b + 1) for b in range(start, end)]
-        if not backward:
-            found = (max(sum(params[i: i + 1 + depth]) for i in range(len(params))), 0)
+
+def _layer(ctx: LoweringContext, block: int) -> int:
+    return block_kind(ctx.model, block)[1]
+
+
+def _fsdp2_uses(ctx: LoweringContext, role: Role) -> list[_Use]:
+    """One use per run of consecutive compute ops of one step on one FSDP2 unit."""
+    uses: list[_Use] = []
+    for pos, op in _compute_positions(role):
+        unit = fsdp2_unit(ctx.model, op.block_start)
+        key = "+".join(map(str, unit))
+        if uses and uses[-1].key == key and uses[-1].step == pos[0]:
+            uses[-1].last = pos
+            continue
+        numel = unit_params(ctx.model, ctx.layout, unit)
+        uses.append(_Use(key=key, blocks=unit, numel=numel, first=pos, last=pos, step=pos[0],
+                         layer=_layer(ctx, op.block_start), recompute=op.kind == "R"))
+    root = "+".join(map(str, fsdp2_unit(ctx.model, 0)))
+    for i, use in enumerate(uses):
+        later_same_step = any(u.key == use.key and u.step == use.step for u in uses[i + 1:])
+        forward = role[use.step].action.kind == "F"  # type: ignore[union-attr]
+        keep_after_forward = use.key == root or not FSDP2.reshard_after_forward
+        use.release = not later_same_step and not (forward and keep_after_forward)
+    return uses
+
+
+def _deepspeed_uses(ctx: LoweringContext, role: Role) -> list[_Use]:
+    """One use per partitioned module per compute op, in the order DeepSpeed's hooks fetch them."""
+    uses: list[_Use] = []
+    for pos, op in _compute_positions(role):
+        for block in range(op.block_start, op.block_end):
+            mods = partitioned_modules(ctx.model, ctx.layout, block)
+            if op.kind in _BACKWARD:
+                mods = mods[::-1]
+            for key, numel in mods:
+                uses.append(_Use(key=key, blocks=(block,), numel=numel, first=pos, last=pos, step=pos[0],
+                                 layer=_layer(ctx, block), recompute=op.kind == "R"))
+    # Release decisions by reuse distance, in the framework's order: a checkpointed layer recomputes its
+    # whole forward before its backward (R of every block of the layer, then the B ops).
+    order = _framework_order(uses)
+    position = {use_index: rank for rank, use_index in enumerate(order)}
+    next_use: dict[int, int | None] = {}
+    last_seen: dict[str, int] = {}
+    for use_index in reversed(order):
+        next_use[use_index] = last_seen.get(uses[use_index].key)
+        last_seen[uses[use_index].key] = use_index
+    prefix = [0]
+    for use_index in order:
+        prefix.append(prefix[-1] + uses[use_index].numel)
+    for i, use in enumerate(uses):
+        nxt = next_use[i]
+        if nxt is None:
+            use.release = True
+            continue
+        between = prefix[position[nxt]] - prefix[position[i] + 1]
+        use.release = between >= DEEPSPEED.max_reuse_numel
+    return uses
+
+
+def _framework_order(uses: list[_Use]) -> list[int]:
+    """Use indices reordered so that each layer's recompute uses precede its backward uses."""
+    order: list[int] = []
+    i = 0
+    while i < len(uses):
+        j = i
+        while j < len(uses) and uses[j].step == uses[i].step and uses[j].layer == uses[i].layer and uses[i].layer >= 0:
+            j += 1
+        if j == i:
+            order.append(i)
+            i += 1
+            continue
+        group = list(range(i, j))
+        recomputed = sorted((k for k in group if uses[k].recompute), key=lambda k: uses[k].blocks[0])
+        order += recomputed + [k for k in group if not uses[k].recompute]
+        i = j
+    return order
+
+
+def _mark_gathers(uses: list[_Use]) -> None:
+    """A use needs a gather unless its unit is still resident from an earlier use."""
+    resident: set[str] = set()
+    for use in uses:
+        use.gather = use.key not in resident
+        if use.release:
+            resident.discard(use.key)
         else:
-            # Backward visits blocks in reverse: block i with i-1 .. i-depth prefetched, i+1 reducing.
-            grads = [full_grad_bytes(ctx, b, b + 1) for b in range(start, end)]
-            live = [sum(params[max(0, i - depth): i + 1]) + grads[i] + (grads[i + 1] if i + 1 < len(grads) else 0)
-                    for i in range(len(params))]
-            grad_part = max(grads[i] + (grads[i + 1] if i + 1 < len(grads) else 0) for i in range(len(grads)))
-            found = (max(live) - grad_part, grad_part)
-        memo[key] = found
-    return found
+            resident.add(use.key)
 
 
-def split_units(ops: list[Op]) -> tuple[list[Op], list[tuple[tuple[int, int], list[Op]]]]:
-    """Ops before the first compute op, then per compute unit (block range) the ops that belong to it.
-
-    A unit starts at a compute op whose block range differs from the previous one and takes every op
-    up to the next unit (its recompute, backward, and the memory ops placed around them).
-    """
-    prefix: list[Op] = []
-    units: list[tuple[tuple[int, int], list[Op]]] = []
-    for op in ops:
-        if isinstance(op, Compute) and (not units or units[-1][0] != (op.block_start, op.block_end)):
-            units.append(((op.block_start, op.block_end), [op]))
-        elif units:
-            units[-1][1].append(op)
+def _plan_calls(ctx: LoweringContext, uses: list[_Use]) -> list[_Call]:
+    """All-gather calls: a blocking fetch when a use's unit is not yet requested, plus prefetches."""
+    calls: list[_Call] = []
+    requested: set[int] = set()
+    fsdp2 = ctx.layout.zero_impl == "fsdp2"
+    pending = [i for i, u in enumerate(uses) if u.gather]
+    head = 0
+    available = 0
+    for j, use in enumerate(uses):
+        if use.gather and j not in requested:
+            calls.append(_Call(issue=use.first, uses=[j]))
+            requested.add(j)
+            available += use.numel
+        while head < len(pending) and pending[head] <= j:
+            head += 1
+        if fsdp2:
+            # FSDP2: the next zero3_prefetch_depth units of the same pass, one all-gather each.
+            for k in pending[head: head + ctx.layout.zero3_prefetch_depth]:
+                if k not in requested and uses[k].step == use.step:
+                    calls.append(_Call(issue=use.first, uses=[k]))
+                    requested.add(k)
         else:
-            prefix.append(op)
-    return prefix, units
+            # DeepSpeed: walk the trace, one coalesced call, until the prefetch bucket is filled.
+            budget = min(DEEPSPEED.prefetch_bucket_numel, DEEPSPEED.max_live_numel - available)
+            batch: list[int] = []
+            taken = 0
+            while head < len(pending) and taken < budget:
+                k = pending[head]
+                head += 1
+                if k not in requested:
+                    batch.append(k)
+                    requested.add(k)
+                    taken += uses[k].numel
+            if batch:
+                calls.append(_Call(issue=use.first, uses=batch))
+                available += taken
+        if use.release:
+            available -= use.numel
+    return calls
+
+
+def _fold_calls(calls: list[_Call], uses: list[_Use]) -> list[_Call]:
+    """Calls issued at one op whose uses all start at the same ops become one collective with a count."""
+    folded: dict[tuple[_Pos, tuple[_Pos, ...]], _Call] = {}
+    for call in calls:
+        key = (call.issue, tuple(sorted({uses[u].first for u in call.uses})))
+        if key in folded:
+            folded[key].uses += call.uses
+            folded[key].count += call.count
+        else:
+            folded[key] = _Call(issue=call.issue, uses=list(call.uses), count=call.count)
+    return list(folded.values())
+
+
+def _reduce_groups(ctx: LoweringContext, role: Role) -> list[tuple[tuple[int, ...], int, _Pos, _Pos]]:
+    """Gradient reduce-scatters: (blocks, calls folded, first backward op, op after which it is issued)."""
+    groups: list[tuple[tuple[int, ...], int, _Pos, _Pos]] = []
+    fsdp2 = ctx.layout.zero_impl == "fsdp2"
+    by_step: dict[int, list[tuple[_Pos, Compute]]] = defaultdict(list)
+    for pos, op in _compute_positions(role):
+        if op.kind in _BACKWARD:
+            by_step[pos[0]].append((pos, op))
+    for ops in by_step.values():
+        pending: list[int] = []
+        first: _Pos | None = None
+        bucket = 0  # DeepSpeed's reduce bucket, emptied at the end of every backward
+        unit_first: dict[tuple[int, ...], _Pos] = {}
+        for index, (pos, op) in enumerate(ops):
+            blocks = list(range(op.block_start, op.block_end))[::-1]
+            first = first or pos
+            pending += blocks
+            if fsdp2:
+                unit = fsdp2_unit(ctx.model, op.block_start)
+                unit_first.setdefault(unit, pos)
+                if not any(fsdp2_unit(ctx.model, o.block_start) == unit for _, o in ops[index + 1:]):
+                    groups.append((unit, 1, unit_first.pop(unit), pos))
+                pending, first = [], None
+                continue
+            flushes = 0
+            for block in blocks:
+                for _, tensors in block_modules(ctx.model, ctx.layout, block)[::-1]:
+                    for numel in tensors[::-1]:
+                        if bucket and bucket + numel > DEEPSPEED.reduce_bucket_numel:
+                            flushes += 1
+                            bucket = 0
+                        bucket += numel
+            if flushes:
+                groups.append((tuple(sorted(set(pending))), flushes, first, pos))
+                pending, first = [], None
+        if pending and first is not None:
+            groups.append((tuple(sorted(set(pending))), 1, first, ops[-1][0]))
+        elif bucket and not fsdp2 and groups:
+            blocks_done, count, start, end = groups[-1]
+            groups[-1] = (blocks_done, count + 1, start, end)  # the bucket's last flush, same blocks
+    return groups
+
+
+def _label(blocks: tuple[int, ...] | list[int]) -> str:
+    return "+".join(f"b{b}" for b in sorted(set(blocks)))
 
 
 def add_zero3(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
-    """Insert ZeRO-3 gathers, frees and gradient reduce-scatters into every F/B step."""
+    """Insert ZeRO-3 gathers, frees and gradient reduce-scatters into every forward and backward step."""
     if ctx.layout.zero != 3 or ctx.layout.grad_sync_size == 1:
         return role
     group = Mesh.dp_group_name(ctx.coord(pp_rank))
-    depth = ctx.layout.zero3_prefetch_depth
-    for step in role:
-        action = step.action
-        if action is None:
+    uses = _fsdp2_uses(ctx, role) if ctx.layout.zero_impl == "fsdp2" else _deepspeed_uses(ctx, role)
+    _mark_gathers(uses)
+    calls = _fold_calls(_plan_calls(ctx, uses), uses)
+    before: dict[_Pos, list[Op]] = defaultdict(list)
+    after: dict[_Pos, list[Op]] = defaultdict(list)
+    handle_of_use: dict[int, str] = {}
+    param_bytes = ctx.layout.param_bytes
+    call_names: list[str] = []
+    for index, call in enumerate(calls):
+        name = f"zero3-param:c{index}"
+        call_names.append(name)
+        size = sum(uses[u].numel for u in call.uses) * param_bytes
+        call_blocks = [b for u in call.uses for b in uses[u].blocks]
+        before[call.issue] += [
+            Alloc(name=name, bytes=size, category="comm"),
+            Collective(kind="all_gather", group=group, bytes=size, purpose="zero-param", handle=name,
+                       count=call.count, label=f"{_label(call_blocks)}:param"),
+        ]
+        for u in call.uses:
+            handle_of_use[u] = name
+    # Waits before the first op of each use; frees once every unit a call brought in is released.
+    waited: set[str] = set()  # a call serving several uses is waited before the first (the IR waits once)
+    remaining = {name: {uses[u].key for u in calls[i].uses} for i, name in enumerate(call_names)}
+    resident_call: dict[str, str] = {}
+    for index, use in enumerate(uses):
+        if use.gather:
+            name = handle_of_use[index]
+            resident_call[use.key] = name
+            if name not in waited:
+                waited.add(name)
+                before[use.first].append(Wait(handle=name))
+        if use.release:
+            name = resident_call.pop(use.key)
+            remaining[name].discard(use.key)
+            if not remaining[name]:
+                after[use.last].append(Free(name=name))
+    # Gradient reduce-scatters, double-buffered.
+    previous: list[Op] = []
+    last_step = -1
+    for index, (blocks, count, first, issue_after) in enumerate(_reduce_groups(ctx, role)):
+        if issue_after[0] != last_step and previous:
+            role[last_step].ops.extend(previous)  # the step's last reduce-scatter, waited at its end
+            previous = []
+        grad = f"zero3-grad:r{index}"
+        size = zero3_grad_bytes(ctx.model, ctx.layout, blocks)
+        buffer = size
+        if ctx.layout.zero_impl == "deepspeed":
+            # DeepSpeed copies gradients into its reduce bucket (contiguous_gradients): the buffer is the
+            # bucket, reduce_bucket_size elements at most, whatever the blocks the call covers.
+            from simgrid.memory.states import state_bytes_per_param
+
+            buffer = min(size, DEEPSPEED.reduce_bucket_numel * state_bytes_per_param(ctx.layout).grads)
+        before[first].append(Alloc(name=grad, bytes=buffer, category="comm"))
+        after[issue_after] += [Collective(kind="reduce_scatter", group=group, bytes=size, purpose="zero-grad",
+                                          handle=grad, count=count, label=f"{_label(blocks)}:grad"), *previous]
+        previous = [Wait(handle=grad), Free(name=grad)]
+        last_step = issue_after[0]
+    for si, step in enumerate(role):
+        if step.action is None:
             continue
-        tag = f"m{action.microbatch}:{action.kind}"
-        prefix, units = split_units(step.ops)
-        reduces_grads = action.kind in ("B", "W")
-        gathers: list[list[Op]] = []
-        for (start, end), _ in units:
-            name = f"zero3-param:{tag}:b{start}"
-            size = gathered_param_bytes(ctx, start, end)
-            gathers.append([
-                Alloc(name=name, bytes=buffer_bytes(ctx, start, end, reduces_grads)[0], category="comm"),
-                Collective(kind="all_gather", group=group, bytes=size, purpose="zero-param", handle=name,
-                           count=end - start, label=f"b{start}:param"),
-            ])
-        issued = 0
-        new_ops: list[Op] = list(prefix)
-        pending_grad: list[Op] = []
-        for index, ((start, end), unit_ops) in enumerate(units):
-            while issued < len(units) and issued <= index + depth:
-                new_ops += gathers[issued]
-                issued += 1
-            param = f"zero3-param:{tag}:b{start}"
-            grad = f"zero3-grad:{tag}:b{start}"
-            grad_size = full_grad_bytes(ctx, start, end)
-            new_ops.append(Wait(handle=param))
-            if reduces_grads:
-                new_ops.append(Alloc(name=grad, bytes=buffer_bytes(ctx, start, end, True)[1], category="comm"))
-            new_ops += unit_ops
-            new_ops.append(Free(name=param))
-            if reduces_grads:
-                new_ops += pending_grad
-                new_ops.append(Collective(kind="reduce_scatter", group=group, bytes=grad_size,
-                                          purpose="zero-grad", handle=grad, count=end - start,
-                                          label=f"b{start}:grad"))
-                pending_grad = [Wait(handle=grad), Free(name=grad)]
-        step.ops = new_ops + pending_grad
+        new_ops: list[Op] = []
+        for oi, op in enumerate(step.ops):
+            new_ops += before.get((si, oi), [])
+            new_ops.append(op)
+            new_ops += after.get((si, oi), [])
+        step.ops = new_ops
+    if previous:
+        role[last_step].ops.extend(previous)
     return role

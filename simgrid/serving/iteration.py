@@ -1,0 +1,270 @@
+"""Time of one serving iteration (a forward pass over a batch of prompt chunks and decode tokens).
+
+Everything per token comes from the training cost code at one token (``model.with_seq_length(1)``), so
+there is one copy of each formula: matmul FLOPs (:func:`simgrid.model.block_flops`, linear part), the
+attention core's FLOPs per (query, key) pair, element-wise HBM bytes and kernel launches
+(:func:`simgrid.model.block_kernels` minus the fused core's own bytes), weights per rank
+(:func:`simgrid.model.block_params_on_rank`) and the tensor-parallel collectives
+(:func:`simgrid.model.block_tp_collectives`, forward ones); times come from :mod:`simgrid.costs`
+(:func:`~simgrid.costs.gemm_time_s`, :func:`~simgrid.costs.fused_attention_time_s`,
+:func:`~simgrid.costs.memory_time_s`, :func:`~simgrid.costs.collective_time_s`,
+:func:`~simgrid.costs.p2p_time_s`), so a calibrated profile's measured collective and send/recv tables apply.
+
+What inference changes is which ceiling binds (roofline; Williams et al., CACM 2009). Per sub-block and
+layer, on one tensor-parallel rank of one pipeline stage:
+
+* GEMMs take ``max(FLOPs / (peak * efficiency(M=tokens)), weight bytes / HBM rate)``: a prefill of
+  thousands of tokens is compute-bound, a decode of a few sequences reads every weight once per
+  iteration and is bound by HBM (Pope et al., "Efficiently Scaling Transformer Inference", MLSys 2023,
+  section 3). The HBM rate is the profile's ``hbm_bandwidth * hbm_efficiency`` (a measured streaming
+  fraction, e.g. 0.87 on A100; each profile's ``[sources]`` says where it comes from).
+* The attention core takes ``max(pairs * FLOPs per pair / (peak * fused attention efficiency), KV bytes
+  read and written / HBM rate)``: a decode token attends to its whole cached context, so it reads the
+  sequence's K and V once per layer (FlashDecoding/PagedAttention); a prefill chunk is compute-bound.
+  ``pairs`` counts causal (query, key) pairs exactly, ``q * k + q (q + 1) / 2`` for ``q`` new tokens after
+  ``k`` cached ones.
+* Element-wise kernels (norms, rotary, residual adds, activation) cost their bytes at the HBM rate and
+  every kernel its launch overhead, as in training. Their list is the training forward's, so for
+  GPT-recipe models it still counts the dropout mask (one byte per residual element; inference has none).
+* Tensor parallelism adds the forward's two all-reduces per layer (attention and MLP outputs; Megatron)
+  and the vocabulary-parallel embedding's; the logits of the sampled sequences are all-gathered for the
+  sampler. The all-reduces are on the critical path (the next layer needs their sum), so they add.
+* Pipeline stages pass the hidden state and the residual stream to the next stage (vLLM's
+  ``IntermediateTensors``: two ``tokens x h`` tensors) and the last stage returns the sampled token ids
+  (8 bytes each) to the first.
+
+Not modelled: CPU-side scheduling, sampling and detokenisation (Vidur models them, measured), CUDA-graph
+savings on launches, prefix caching and speculative decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from simgrid.costs import collective_time_s, gemm_time_s, memory_time_s, p2p_time_s
+from simgrid.costs.compute import fused_attention_time_s
+from simgrid.errors import ModelError
+from simgrid.layout.spec import check_layout
+from simgrid.model import (
+    block_flops,
+    block_kernels,
+    block_params_on_rank,
+    block_tp_collectives,
+    local_vocab,
+    stage_layers,
+)
+from simgrid.model.params import word_embedding_params
+from simgrid.model.spec import ModelSpec
+from simgrid.serving.kv_cache import kv_bytes_per_token
+from simgrid.serving.spec import ServingConfig, ServingLayout, model_layout
+from simgrid.topology import Topology
+
+TOKEN_ID_BYTES = 8
+"""Sampled token ids travel as int64."""
+PP_TENSORS = 2
+"""Tensors of ``tokens x h`` a pipeline stage hands to the next: vLLM's Llama passes the hidden states
+and the residual separately (``IntermediateTensors({"hidden_states", "residual"})``)."""
+SAMPLER_KERNELS = 2
+"""Launches of greedy sampling on the last stage: the fp32 cast of the logits and the argmax."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchShape:
+    """What an iteration computes, summed over its sequences."""
+
+    tokens: int
+    """New tokens (prompt-chunk tokens plus one per decoding sequence)."""
+    pairs: int
+    """Causal (query, key) pairs of attention over all sequences (module docstring)."""
+    context_tokens: int
+    """Sum over sequences of the tokens in the cache after this iteration (K/V read per layer)."""
+    sampled: int
+    """Sequences that produce an output token this iteration (their logits are computed)."""
+
+
+def chunk_shape(new_tokens: int, cached_tokens: int, *, sampled: bool) -> BatchShape:
+    """One sequence's share: ``new_tokens`` after ``cached_tokens`` already in its cache."""
+    pairs = new_tokens * cached_tokens + new_tokens * (new_tokens + 1) // 2
+    return BatchShape(tokens=new_tokens, pairs=pairs, context_tokens=cached_tokens + new_tokens,
+                      sampled=1 if sampled else 0)
+
+
+def combine(shapes: Sequence[BatchShape]) -> BatchShape:
+    """The shape of a batch of sequences."""
+    return BatchShape(tokens=sum(s.tokens for s in shapes), pairs=sum(s.pairs for s in shapes),
+                      context_tokens=sum(s.context_tokens for s in shapes), sampled=sum(s.sampled for s in shapes))
+
+
+@dataclass(frozen=True, kw_only=True)
+class IterationTime:
+    """Seconds of one iteration on one replica."""
+
+    stage_s: tuple[float, ...]
+    """Busy time of each pipeline stage (compute plus its tensor-parallel collectives)."""
+    hop_s: tuple[float, ...]
+    """Transfer after each stage: to the next stage, and from the last back to the first (0 when pp = 1)."""
+    breakdown_s: dict[str, float]
+    """Sum over stages by part: gemm, attention, elementwise, launch, tp_comm, pp_comm."""
+
+    @property
+    def latency_s(self) -> float:
+        """From the first stage's start to the sampled tokens being back at the first stage."""
+        return sum(self.stage_s) + sum(self.hop_s)
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """Per-token and per-iteration coefficients of one stage (one tensor-parallel rank)."""
+
+    layers: int
+    first: bool
+    last: bool
+    ranks: tuple[int, ...]
+    attn_flops: float
+    mlp_flops: float
+    pair_flops: float
+    attn_weight_bytes: float
+    mlp_weight_bytes: float
+    attn_nk: tuple[int, int]
+    mlp_nk: tuple[int, int]
+    layer_elementwise_bytes: float
+    layer_kernels: int
+    kv_token_bytes: float
+    embed_bytes: float
+    embed_kernels: int
+    head_flops: float
+    head_weight_bytes: float
+    head_nk: tuple[int, int]
+    head_elementwise_bytes: float
+    layer_allreduce_bytes: float
+    embed_allreduce_bytes: float
+    logits_gather_bytes: float
+
+
+class IterationCostModel:
+    """Iteration times of one replica on a topology (coefficients computed once, times per batch)."""
+
+    def __init__(self, model: ModelSpec, layout: ServingLayout, config: ServingConfig, topology: Topology, *,
+                 replica: int = 0) -> None:
+        if model.moe is not None:
+            # The per-layer costs below take one dense MLP per layer; MoE layers are modelled for training only.
+            raise ModelError(
+                f"serving: {model.name!r} has MoE layers, which the serving simulator does not model yet "
+                "(expert parallelism is modelled for training: simgrid simulate --ep); use a dense model"
+            )
+        self.model, self.layout, self.config, self.topology = model, layout, config, topology
+        self.gpu = topology.cluster.gpu
+        self.mlayout = model_layout(layout, config)
+        check_layout(model, self.mlayout)
+        self.act_bytes = self.mlayout.param_bytes
+        self.act_dtype = config.activation_dtype
+        base = replica * layout.gpus_per_replica
+        self.stage_ranks = [tuple(base + p * layout.tp + i for i in range(layout.tp)) for p in range(layout.pp)]
+        self.stages = [self._stage(p) for p in range(layout.pp)]
+        self._comm_cache: dict[tuple[str, tuple[int, ...], int, int], float] = {}
+        self._hop_cache: dict[tuple[int, int], float] = {}
+
+    def _stage(self, p: int) -> _Stage:
+        model, ml, cfg, tp = self.model, self.mlayout, self.config, self.layout.tp
+        one = model.with_seq_length(1)
+        layers = len(stage_layers(model, ml, p))
+        attn, mlp, head = 1, 2, 2 * model.num_layers + 1
+        fa, fm, fh = (block_flops(one, b, tp=tp) for b in (attn, mlp, head))
+        ka, km, ke = (block_kernels(one, ml, b) for b in (attn, mlp, 0))
+        wbytes = cfg.weight_bytes
+        first, last = p == 0, p == self.layout.pp - 1
+        vocab = local_vocab(model, tp)
+        # The output GEMM reads the V x h matrix even when it is tied to the embedding (counted in block 0).
+        tied = model.tied_embeddings and self.layout.pp == 1
+        head_weights = block_params_on_rank(model, ml, head) + (word_embedding_params(model, tp) if tied else 0)
+
+        def fwd_allreduce_bytes(block: int) -> float:
+            return float(sum(c.bytes for c in block_tp_collectives(one, ml, block)
+                             if c.phase == "fwd" and c.kind == "all_reduce"))
+
+        return _Stage(
+            layers=layers, first=first, last=last, ranks=self.stage_ranks[p],
+            attn_flops=fa.fwd - fa.attention_core_fwd, mlp_flops=fm.fwd, pair_flops=fa.attention_core_fwd,
+            attn_weight_bytes=block_params_on_rank(model, ml, attn) * wbytes,
+            mlp_weight_bytes=block_params_on_rank(model, ml, mlp) * wbytes,
+            attn_nk=ka.gemm_mnk[1:], mlp_nk=km.gemm_mnk[1:],
+            layer_elementwise_bytes=(ka.fwd_hbm_bytes - ka.core_fwd_hbm_bytes) + km.fwd_hbm_bytes,
+            layer_kernels=ka.fwd_kernels + km.fwd_kernels,
+            kv_token_bytes=kv_bytes_per_token(model, layers=1, tp=tp, kv_bytes=cfg.kv_bytes),
+            embed_bytes=ke.fwd_hbm_bytes, embed_kernels=ke.fwd_kernels,
+            head_flops=fh.fwd, head_weight_bytes=head_weights * wbytes, head_nk=(vocab, model.hidden_size),
+            # final norm (read and write h) and the logits written by the GEMM and read by the sampler
+            head_elementwise_bytes=2 * model.hidden_size * self.act_bytes + 2 * vocab * self.act_bytes,
+            layer_allreduce_bytes=fwd_allreduce_bytes(attn) + fwd_allreduce_bytes(mlp),
+            embed_allreduce_bytes=fwd_allreduce_bytes(0),
+            logits_gather_bytes=model.vocab_size * self.act_bytes,
+        )
+
+    # -- times -----------------------------------------------------------------------------------------
+    def _collective(self, kind: str, nbytes: float, ranks: tuple[int, ...], count: int) -> float:
+        key = (kind, ranks, int(nbytes), count)
+        t = self._comm_cache.get(key)
+        if t is None:
+            t = self._comm_cache[key] = collective_time_s(kind, nbytes, ranks, self.topology, count=count)
+        return t
+
+    def _hop(self, nbytes: int, src: int, dst: int) -> float:
+        key = (nbytes, src * self.topology.num_gpus + dst)
+        t = self._hop_cache.get(key)
+        if t is None:
+            t = self._hop_cache[key] = p2p_time_s(nbytes, src, dst, self.topology)
+        return t
+
+    def stage_parts(self, p: int, batch: BatchShape) -> dict[str, float]:
+        """Seconds of stage ``p`` for ``batch`` by part (gemm, attention, elementwise, launch, tp_comm)."""
+        s, gpu, dt = self.stages[p], self.gpu, self.config.dtype
+        t = batch.tokens
+        gemm = s.layers * (
+            max(gemm_time_s(t * s.attn_flops, (t, *s.attn_nk), gpu, dtype=dt), memory_time_s(s.attn_weight_bytes, gpu))
+            + max(gemm_time_s(t * s.mlp_flops, (t, *s.mlp_nk), gpu, dtype=dt), memory_time_s(s.mlp_weight_bytes, gpu))
+        )
+        kv_bytes = (batch.context_tokens + t) * s.kv_token_bytes  # read the context, write the new tokens
+        attention = s.layers * max(fused_attention_time_s(batch.pairs * s.pair_flops, gpu, dtype=self.act_dtype),
+                                   memory_time_s(kv_bytes, gpu))
+        elementwise_bytes = s.layers * t * s.layer_elementwise_bytes
+        kernels = s.layers * s.layer_kernels
+        tp_comm = 0.0
+        if self.layout.tp > 1 and s.layers:
+            tp_comm += self._collective("all_reduce", t * s.layer_allreduce_bytes * s.layers, s.ranks, 2 * s.layers)
+        if s.first:
+            elementwise_bytes += t * s.embed_bytes
+            kernels += s.embed_kernels
+            if self.layout.tp > 1:
+                tp_comm += self._collective("all_reduce", t * s.embed_allreduce_bytes, s.ranks, 1)
+        if s.last and batch.sampled:
+            n = batch.sampled
+            gemm += max(gemm_time_s(n * s.head_flops, (n, *s.head_nk), gpu, dtype=dt),
+                        memory_time_s(s.head_weight_bytes, gpu))
+            elementwise_bytes += n * s.head_elementwise_bytes
+            kernels += 2 + SAMPLER_KERNELS  # final norm, output GEMM, sampler
+            if self.layout.tp > 1:
+                tp_comm += self._collective("all_gather", n * s.logits_gather_bytes, s.ranks, 1)
+        return {"gemm": gemm, "attention": attention, "elementwise": memory_time_s(elementwise_bytes, gpu),
+                "launch": kernels * gpu.kernel_overhead_us * 1e-6, "tp_comm": tp_comm}
+
+    def hop_s(self, p: int, batch: BatchShape) -> float:
+        """Transfer after stage ``p``: activations to stage ``p + 1``, or token ids back to stage 0."""
+        if self.layout.pp == 1:
+            return 0.0
+        src = self.stage_ranks[p][0]
+        if p < self.layout.pp - 1:
+            nbytes = PP_TENSORS * batch.tokens * self.model.hidden_size * self.act_bytes
+            return self._hop(nbytes, src, self.stage_ranks[p + 1][0])
+        return self._hop(TOKEN_ID_BYTES * max(1, batch.sampled), src, self.stage_ranks[0][0])
+
+    def time(self, batch: BatchShape) -> IterationTime:
+        """Stage and hop times of one iteration over ``batch``."""
+        if batch.tokens <= 0:
+            raise ValueError("an iteration needs at least one token")
+        parts = [self.stage_parts(p, batch) for p in range(self.layout.pp)]
+        hops = tuple(self.hop_s(p, batch) for p in range(self.layout.pp))
+        breakdown: dict[str, Any] = {k: sum(part[k] for part in parts) for k in parts[0]}
+        breakdown["pp_comm"] = sum(hops)
+        return IterationTime(stage_s=tuple(sum(part.values()) for part in parts), hop_s=hops, breakdown_s=breakdown)

@@ -1,0 +1,29 @@
+"""``--zero-impl``: the ZeRO-3 implementation flag reaches the layout; a bad value is one line, exit 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from simgrid.cli.main import main
+
+
+def test_zero_impl_reaches_the_report(capsys: pytest.CaptureFixture[str]) -> None:
+    """The layout line names the implementation the step was lowered with."""
+    code = main(["simulate", "--model", "tiny-gpt", "--cluster", "dgx-a100-hdr", "--gpus", "2", "--zero", "3",
+                 "--zero-impl", "fsdp2"])
+    assert code in (0, None)
+    assert "ZeRO-3 (fsdp2)" in capsys.readouterr().out
+
+
+def test_bad_zero_impl_is_one_line_and_exit_2() -> None:
+    """An unknown implementation exits 2 with a single stderr line naming the field, value and choices."""
+    run = subprocess.run([sys.executable, "-m", "simgrid", "simulate", "--model", "tiny-gpt", "--cluster",
+                          "dgx-a100-hdr", "--gpus", "2", "--zero", "3", "--zero-impl", "megatron"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1
+    assert "zero_impl = 'megatron' is not one of deepspeed, fsdp2" in lines[0]

@@ -1,0 +1,95 @@
+"""Iteration costs checked by hand: decode reads the weights and the KV cache, prefill is compute-bound,
+tensor parallelism adds its all-reduces, pipeline stages split the work and add hops."""
+
+from __future__ import annotations
+
+import pytest
+
+from simgrid.costs import collective_time_s, p2p_time_s
+from simgrid.hardware import load_cluster
+from simgrid.model import get_model
+from simgrid.serving import IterationCostModel, ServingConfig, ServingLayout, chunk_shape, combine
+from simgrid.topology import Topology
+
+A100_RATE_Bps = 2039e9 * 0.87  # datasheet HBM bandwidth x the profile's measured streaming efficiency
+A100_BF16 = 312e12
+LLAMA7_LAYER_MATMUL = (4 * 4096**2, 3 * 4096 * 11008)  # attention (QKV + out) and SwiGLU MLP weights
+LLAMA7_NORM = 4096
+
+
+def _cost(model: str, layout: ServingLayout, config: ServingConfig | None = None) -> IterationCostModel:
+    topo = Topology(load_cluster("dgx-a100-hdr", gpus=layout.world_size))
+    return IterationCostModel(get_model(model), layout, config or ServingConfig(), topo)
+
+
+def test_chunk_shape_counts_causal_pairs() -> None:
+    """3 new tokens after 2 cached attend to 3, 4 and 5 keys: 12 pairs; the cache then holds 5."""
+    s = chunk_shape(3, 2, sampled=True)
+    assert (s.tokens, s.pairs, s.context_tokens, s.sampled) == (3, 12, 5, 1)
+    both = combine([s, chunk_shape(1, 9, sampled=False)])
+    assert (both.tokens, both.pairs, both.context_tokens, both.sampled) == (4, 22, 15, 1)
+
+
+def test_decode_of_one_token_reads_every_weight_once() -> None:
+    """Batch-1 decode on an A100 is bound by HBM: GEMM time = all weights but the embedding table / rate."""
+    t = _cost("llama2-7b", ServingLayout()).time(chunk_shape(1, 100, sampled=True))
+    weights = 32 * (sum(LLAMA7_LAYER_MATMUL) + 2 * LLAMA7_NORM) + 32000 * 4096 + LLAMA7_NORM
+    assert t.breakdown_s["gemm"] == pytest.approx(weights * 2 / A100_RATE_Bps, rel=1e-12)
+    assert t.breakdown_s["tp_comm"] == t.breakdown_s["pp_comm"] == 0.0
+
+
+def test_decode_attention_reads_the_kv_cache() -> None:
+    """64 sequences of 1000 cached tokens read 1001 K/V and write 1 per layer: 16 KiB each, at the HBM rate;
+    an fp8 cache halves it."""
+    batch = combine([chunk_shape(1, 1000, sampled=True)] * 64)
+    t = _cost("llama2-7b", ServingLayout()).time(batch)
+    assert t.breakdown_s["attention"] == pytest.approx(32 * 64 * 1002 * 16384 / A100_RATE_Bps, rel=1e-12)
+    fp8 = _cost("llama2-7b", ServingLayout(), ServingConfig(kv_dtype="fp8")).time(batch)
+    assert fp8.breakdown_s["attention"] == pytest.approx(t.breakdown_s["attention"] / 2, rel=1e-12)
+
+
+def test_prefill_is_compute_bound() -> None:
+    """A 2048-token prompt: 2 x 2048 x (layer matmul weights) FLOPs per layer at 312 TFLOP/s x 0.859 x 0.9301
+    (the profile's curve at min dim 2048), and a causal core of 2048 x 2049 / 2 pairs x 4 x 32 x 128 FLOPs at
+    the fused-attention efficiency 0.615."""
+    t = _cost("llama2-7b", ServingLayout()).time(chunk_shape(2048, 0, sampled=True))
+    gemm = 32 * 2 * 2048 * sum(LLAMA7_LAYER_MATMUL) / (A100_BF16 * 0.859 * 0.9301)
+    head = (32000 * 4096 + LLAMA7_NORM) * 2 / A100_RATE_Bps  # one sampled row: reading the matrix binds
+    assert t.breakdown_s["gemm"] == pytest.approx(gemm + head, rel=1e-9)
+    core = 32 * (2048 * 2049 // 2) * 4 * 32 * 128 / (A100_BF16 * 0.615)
+    assert t.breakdown_s["attention"] == pytest.approx(core, rel=1e-12)
+
+
+def test_tensor_parallel_adds_two_all_reduces_per_layer_and_the_logits_gather() -> None:
+    """llama2-70b at tp 4: 160 all-reduces of tokens x 8192 x 2 B, the vocabulary-parallel embedding's, and an
+    all-gather of each sampled row's 32000 logits, timed by the collective cost model on GPUs 0-3."""
+    model = _cost("llama2-70b", ServingLayout(tp=4))
+    batch = combine([chunk_shape(1, 500, sampled=True)] * 8)
+    t = model.time(batch)
+    topo, ranks = model.topology, (0, 1, 2, 3)
+    expected = (collective_time_s("all_reduce", 160 * 8 * 8192 * 2, ranks, topo, count=160)
+                + collective_time_s("all_reduce", 8 * 8192 * 2, ranks, topo)
+                + collective_time_s("all_gather", 8 * 32000 * 2, ranks, topo))
+    assert t.breakdown_s["tp_comm"] == pytest.approx(expected, rel=1e-12)
+    assert _cost("llama2-70b", ServingLayout(tp=8)).time(batch).breakdown_s["gemm"] == pytest.approx(
+        t.breakdown_s["gemm"] / 2, rel=0.01)
+
+
+def test_pipeline_stages_split_the_work_and_add_hops() -> None:
+    """pp 2 splits the weight reads over two stages (same sum as pp 1); the hops carry the hidden state and
+    the residual (2 x tokens x h x 2 B) forward and 8-byte token ids back; latency = stages + hops."""
+    batch = combine([chunk_shape(1, 100, sampled=True)] * 4)
+    one = _cost("llama2-7b", ServingLayout()).time(batch)
+    two_model = _cost("llama2-7b", ServingLayout(pp=2))
+    two = two_model.time(batch)
+    assert len(two.stage_s) == 2
+    assert two.breakdown_s["gemm"] == pytest.approx(one.breakdown_s["gemm"], rel=1e-12)
+    topo = two_model.topology
+    assert two.hop_s == pytest.approx((p2p_time_s(2 * 4 * 4096 * 2, 0, 1, topo), p2p_time_s(8 * 4, 1, 0, topo)))
+    assert two.latency_s == pytest.approx(sum(two.stage_s) + sum(two.hop_s))
+
+
+def test_an_empty_iteration_is_a_bug() -> None:
+    """Zero tokens is never scheduled."""
+    with pytest.raises(ValueError, match="at least one token"):
+        _cost("llama2-7b", ServingLayout()).time(combine([]))
