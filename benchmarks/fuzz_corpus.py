@@ -462,13 +462,14 @@ def all_cases(groups: tuple[str, ...] | None = None) -> list[Case]:
         output_cases,
         plot_cases,
         program_cases,
+        serve_cases,
         torch_csv_cases,
     )
 
     builders: dict[str, Callable[[], list[Case]]] = {
         "profile": profile_cases, "profile-file": profile_file_cases, "model": model_cases,
         "layout": layout_cases, "program": program_cases, "torch-csv": torch_csv_cases, "plot": plot_cases,
-        "output": output_cases, "executor": executor_cases,
+        "output": output_cases, "serve": serve_cases, "executor": executor_cases,
     }
     cases: list[Case] = []
     for name, build in builders.items():

@@ -51,6 +51,9 @@ MAX_WORLD_SIZE = 131_072
 """Largest number of GPUs (dp x tp x pp x cp) a layout may have."""
 MAX_OPS = 20_000_000
 """Largest estimated number of ops a program may have in the ranks that are built or simulated."""
+MAX_REQUESTS = 100_000
+"""Largest number of requests one serving simulation may take (``simgrid serve``): the serving engine runs
+about 600 requests/s on this machine (llama2-7b on 2 A100s), so the limit is about three minutes."""
 
 _PER_UNIT = 24
 _PER_MICROBATCH = 32
@@ -100,6 +103,13 @@ def check_program_size(model: _ModelSizes, layout: _LayoutSizes, granularity: st
             f"at {granularity} granularity); the limit is {_count(MAX_OPS)} ops (about a minute of simulation); use "
             + " or ".join(levers)
         )
+
+
+def check_request_count(requests: int, *, what: str = "the workload") -> None:
+    """Refuse a serving workload of more than :data:`MAX_REQUESTS` requests, naming the limit."""
+    if requests > MAX_REQUESTS:
+        raise LayoutError(f"{what} has {_count(requests)} requests; the limit is {_count(MAX_REQUESTS)} (about three "
+                          "minutes of simulation); use fewer requests")
 
 
 def check_schedule_size(pp: int, vpp: int, microbatches: int) -> None:

@@ -69,9 +69,12 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out is not None else path.with_name(f"{path.stem}_{kind}.png")
     check_output_path(out, flag="--out", suffixes=SAVE_FORMATS, error=PlotError)
     ranks = _ranks(args.ranks)
-    fig = _plot_sweep(path, kind, args) if is_sweep else _plot_trace(path, kind, ranks, args.title)
+    notes: list[str] = []  # printed once the file is written, so a failure stays one line
+    fig = _plot_sweep(path, kind, args) if is_sweep else _plot_trace(path, kind, ranks, args.title, notes)
     with atomic_output(out, flag="--out", error=PlotError) as temp:
         save_figure(fig, temp)
+    for note in notes:
+        print(note, file=sys.stderr)
     print(f"wrote {out}", file=sys.stderr)
     return 0
 
@@ -92,7 +95,7 @@ def _plot_sweep(path: Path, kind: str, args: argparse.Namespace) -> Any:
     return plot_tp_pp_heatmap(df, metric=args.metric, gpus=args.gpus, title=args.title)
 
 
-def _plot_trace(path: Path, kind: str, ranks: list[int] | None, title: str | None) -> Any:
+def _plot_trace(path: Path, kind: str, ranks: list[int] | None, title: str | None, notes: list[str]) -> Any:
     trace = load_any_trace(path)
     heading = title if title is not None else trace_title(trace)
     if kind == "gantt":
@@ -101,8 +104,8 @@ def _plot_trace(path: Path, kind: str, ranks: list[int] | None, title: str | Non
 
         metrics = metrics_from_trace(trace)
         if metrics is not None:
-            print(f"{heading}: step {metrics.step_time_s:.4g} s, bubble {metrics.bubble_fraction:.1%}, "
-                  f"MFU {metrics.mfu:.1%}", file=sys.stderr)
+            notes.append(f"{heading}: step {metrics.step_time_s:.4g} s, bubble {metrics.bubble_fraction:.1%}, "
+                         f"MFU {metrics.mfu:.1%}")
         return plot_gantt(trace, ranks=ranks, title=heading)
     from simgrid.plots.memory import memory_series, plot_memory_timeline
 
