@@ -30,6 +30,7 @@ examples:
   simgrid sweep --model llama2-7b --cluster dgx-a100-hdr --gpus 64 --gbs 256 --tp 2,4 --pp 1,2 \\
       --schedule 1f1b,interleaved-1f1b,dualpipev --sequence-parallel both
   simgrid sweep --model llama2-7b --cluster dgx-a100-hdr --gpus 64 --gbs 256 --tp 2 --json
+  simgrid sweep --model gpt3-175b --cluster dgx-a100-hdr --gpus 1024 --gbs 1536 --backend ray --address auto
   simgrid plot sweep.csv --kind heatmap --out heatmap.png
 """
 
@@ -40,8 +41,10 @@ def register(subparsers: Any) -> None:
         "sweep",
         help="search layouts (dp, tp, pp, vpp, ZeRO, micro-batch, schedule, recompute) for the fastest",
         description=(
-            "Enumerate every valid layout of a model on N GPUs, drop those that do not fit in memory, "
-            "simulate the rest in parallel worker processes and print the best."
+            "Enumerate every valid layout of a model on N GPUs and rank them by simulated step time. Layouts are "
+            "decided in order of a lower bound on their step time: the best max(--top, 20) are exactly those "
+            "of simulating every layout, and layouts that cannot join them are skipped (--exhaustive "
+            "simulates every layout that fits). Runs in local worker processes or on a Ray cluster."
         ),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -61,7 +64,15 @@ def register(subparsers: Any) -> None:
     o.add_argument("--top", type=positive_int, default=10, help="layouts to print (default 10)")
     o.add_argument("--out", help="write every simulated layout, ranked, to this CSV file")
     o.add_argument("--json", action="store_true", help="print a JSON list, best first, instead of a table")
-    o.add_argument("--workers", type=positive_int, help="worker processes (default: CPU count)")
+    o.add_argument("--workers", type=positive_int,
+                   help="worker processes, or Ray actors (default: the CPU count, of the Ray cluster for ray)")
+    o.add_argument("--backend", default="local", metavar="{local,ray}",
+                   help="where layouts are simulated: local processes (default) or a Ray cluster")
+    o.add_argument("--address", help="Ray cluster address for --backend ray: auto, HOST:PORT or ray://HOST:10001 "
+                                     "(default: start Ray on this machine)")
+    o.add_argument("--exhaustive", action="store_true",
+                   help="simulate every layout that fits (default: skip those whose lower bound shows they "
+                        "cannot enter the best max(--top, 20))")
     c.add_argument("--no-prune", action="store_true",
                    help="also simulate layouts that fit with less recompute too (they cannot be faster)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -70,8 +81,13 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep and print the ranking and the account of dropped layouts."""
-    from simgrid.sweep import sweep
+    from simgrid.sweep import DEFAULT_EXACT_TOP, sweep
+    from simgrid.sweep.backends import BACKENDS
 
+    if args.backend not in BACKENDS:
+        raise SimgridError(f"--backend {args.backend!r} is not one of {', '.join(BACKENDS)}")
+    if args.address is not None and args.backend != "ray":
+        raise SimgridError("--address is for --backend ray; the local backend runs on this machine")
     model = model_from_args(args)
     constraints = constraints_from_args(args)
     check_pins(args, model)
@@ -80,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
     result = sweep(
         model, args.cluster, args.gpus, args.gbs, constraints=constraints, workers=args.workers,
         progress=not args.no_progress and not args.json, prune_recompute=not args.no_prune,
+        exact_top=None if args.exhaustive else max(args.top, DEFAULT_EXACT_TOP), backend=args.backend,
+        address=args.address,
     )
     if args.out:
         from simgrid.io import atomic_output
@@ -100,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_table(shown))
     if args.out:
-        print(f"\nwrote {len(result.table)} layouts to {args.out}")
+        print(f"\nwrote {len(result.table)} simulated layouts to {args.out}")
     return 0
 
 
