@@ -26,6 +26,7 @@ The FLOPs of every list sum exactly to :func:`simgrid.model.flops.block_flops` (
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from simgrid.layout.spec import Layout
 from simgrid.model.blocks import block_kind, local_q_heads, local_seq_length, local_vocab
@@ -60,14 +61,20 @@ def _linear(tokens: int, h_in: int, h_out: int) -> tuple[Gemm, Gemm, Gemm]:
 
 
 def block_gemms(model: ModelSpec, layout: Layout, block: int) -> BlockGemms:
-    """The GEMMs of sub-block ``block`` (numbering of :mod:`simgrid.ir.ops`)."""
+    """The GEMMs of sub-block ``block`` (numbering of :mod:`simgrid.ir.ops`). Blocks of one kind share one
+    (cached) object, so the lists of a stage's equal layers are the same tuples."""
     kind, _ = block_kind(model, block)
+    return _kind_gemms(model, layout, kind, is_moe_block(model, block))
+
+
+@lru_cache(maxsize=16384)
+def _kind_gemms(model: ModelSpec, layout: Layout, kind: str, moe: bool) -> BlockGemms:
     tp, h = layout.tp, model.hidden_size
     s_q = local_seq_length(model, layout.cp)
     tokens = layout.micro_batch_size * s_q
     if kind == "embed":
         return BlockGemms(fwd=(), bwd_input=(), bwd_weight=())
-    if is_moe_block(model, block):  # router, grouped experts and shared expert: not listed shape by shape
+    if moe:  # router, grouped experts and shared expert: not listed shape by shape
         return BlockGemms(fwd=(), bwd_input=(), bwd_weight=(), known=False)
     if kind == "head":
         f, i, w = _linear(tokens, h, local_vocab(model, tp))
