@@ -150,6 +150,10 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
     choice(("--recompute",), RECOMPUTE_POLICIES, "none", "activation recompute")
     switch("--sequence-parallel", "Megatron sequence parallelism (tp > 1)")
     switch("--flash-attention", "fused attention core (FlashAttention): no s x s scores in HBM or activations")
+    g.add_argument("--attention-kernel", choices=("auto", "fa2", "fa3"), default="auto",
+                   help="fused-attention kernel priced with --flash-attention: fa2, fa3 or auto (the GPU's default)")
+    g.add_argument("--kernel-fusion", choices=("fused", "eager", "eager-fused-norm"), default="fused",
+                   help="element-wise kernels between GEMMs: fused (Megatron/TE, torch.compile) or PyTorch eager")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="optimizer (default adam)")
     g.add_argument("--precision", choices=PRECISIONS, default="bf16", help="training precision (default bf16)")
     g.add_argument("--offload", action="store_true", help="offload optimizer states and step to the host CPU")
@@ -175,7 +179,9 @@ def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The layout fields a search keeps as given (optimizer, precision, offload, gradient sync)."""
     return {"optimizer": args.optimizer, "precision": args.precision, "offload_optimizer": args.offload,
             "dp_mode": args.dp_mode, "bucket_size_MB": args.bucket_mb,
-            "overlap_grad_reduce": getattr(args, "overlap_grad_reduce", True)}
+            "overlap_grad_reduce": getattr(args, "overlap_grad_reduce", True),
+            "attention_kernel": getattr(args, "attention_kernel", "auto"),
+            "kernel_fusion": getattr(args, "kernel_fusion", "fused")}
 
 
 def add_hardware_args(parser: argparse.ArgumentParser, *, cluster_required: bool, gpu_profile: bool,
@@ -308,7 +314,8 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         dp=dp, tp=tp, pp=pp, cp=cp, ep=getattr(args, "ep", None) or 1, etp=getattr(args, "etp", None),
         vpp=vpp, zero=args.zero, micro_batch_size=mbs, global_batch_size=gbs,
         schedule=args.schedule, recompute=args.recompute, sequence_parallel=args.sequence_parallel,
-        flash_attention=args.flash_attention, precision=args.precision, optimizer=args.optimizer,
+        flash_attention=args.flash_attention, attention_kernel=getattr(args, "attention_kernel", "auto"),
+        kernel_fusion=getattr(args, "kernel_fusion", "fused"), precision=args.precision, optimizer=args.optimizer,
         offload_optimizer=args.offload, dp_mode=args.dp_mode, bucket_size_MB=args.bucket_mb,
         overlap_grad_reduce=getattr(args, "overlap_grad_reduce", True),
         zero_impl=getattr(args, "zero_impl", "deepspeed"),

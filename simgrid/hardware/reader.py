@@ -120,6 +120,19 @@ class TableReader:
                 raise self.error(f"{key}[{i}]", item, f"is out of range: magnitudes above {MAX_MAGNITUDE:g} are refused")
         return tuple(item if integers else float(item) for item in value)
 
+    def number_grid(self, key: str) -> tuple[tuple[float, ...], ...]:
+        """An array of arrays of numbers (a table's rows), e.g. ``[[1, 2], [3, 4]]``."""
+        value = self.raw(key)
+        if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
+            raise self.error(key, value, "must be an array of arrays of numbers, one inner array per row")
+        rows = []
+        for i, row in enumerate(value):
+            for j, item in enumerate(row):
+                if isinstance(item, bool) or not isinstance(item, int | float):
+                    raise self.error(f"{key}[{i}][{j}]", item, "must be a number")
+            rows.append(tuple(float(item) for item in row))
+        return tuple(rows)
+
     def table(self, key: str) -> TableReader:
         """A sub-table as a reader with the extended path."""
         value = self.raw(key)

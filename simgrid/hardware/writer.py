@@ -87,15 +87,25 @@ def _gpu(doc: _Document, gpu: GPUSpec, prefix: str, *, top: bool) -> None:
              "hbm_bandwidth_GBps": float(gpu.hbm_bandwidth_GBps), "hbm_efficiency": float(gpu.hbm_efficiency),
              "kernel_overhead_us": float(gpu.kernel_overhead_us),
              "comm_compute_slowdown": float(gpu.comm_compute_slowdown),
-             "fused_attention_efficiency": gpu.fused_attention_efficiency}  # None: not written
+             "fused_attention_efficiency": gpu.fused_attention_efficiency,  # None: not written
+             "sustained_clock_fraction": float(gpu.sustained_clock_fraction), "sm_count": gpu.sm_count}
     if top:
         doc.pairs(items)
     else:
         doc.table(prefix.rstrip("."), items)
     doc.table(prefix + "peak_tflops", {k: float(v) for k, v in gpu.peak_tflops.items()})
-    doc.table(prefix + "matmul", {"max_efficiency": float(gpu.matmul.max_efficiency),
-                                  "min_dim": gpu.matmul.min_dim,
-                                  "relative": tuple(float(r) for r in gpu.matmul.relative)})
+    matmul: dict[str, object] = {"max_efficiency": float(gpu.matmul.max_efficiency), "min_dim": gpu.matmul.min_dim,
+                                 "relative": tuple(float(r) for r in gpu.matmul.relative)}
+    if gpu.matmul.tiled:
+        matmul.update(tile_m=gpu.matmul.tile_m, tile_n=gpu.matmul.tile_n)
+    doc.table(prefix + "matmul", matmul)
+    if gpu.fused_attention:
+        doc.table(prefix + "fused_attention", {"default": gpu.attention_kernel})  # None: not written
+        for name, table in gpu.fused_attention.items():
+            doc.table(prefix + f"fused_attention.{name}", {
+                "seq_len": table.seq_len, "head_dim": table.head_dim,
+                "fwd_causal_tflops": table.fwd_causal_tflops, "fwd_tflops": table.fwd_tflops,
+                "bwd_tflops": table.bwd_tflops})
     if gpu.sources:
         doc.table(prefix + "sources", dict(gpu.sources))
 

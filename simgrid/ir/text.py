@@ -16,7 +16,8 @@ Fields with a default are written only when they differ from it. Integers are wr
 floats with ``repr`` (so ``parse_op(format_op(op)) == op`` exactly, int/float type included: a token that
 is a plain integer parses as ``int``). Strings are written bare unless empty, containing whitespace or
 non-printable characters, or a ``"``; then they are JSON-quoted (``label="a b"``).
-Structured fields: ``key=SRC>DST:DIR:MB``, ``blocks=START:END``, ``gemm=MxNxK``.
+Structured fields: ``key=SRC>DST:DIR:MB``, ``blocks=START:END``, ``gemm=MxNxK``, ``attnshape=SQxSKVxD``
+and ``gemms=MxNxKxCOUNT,...`` (every matrix multiply of a compute op).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ _INT_RE = re.compile(r"[+-]?[0-9]+")
 _KEY_RE = re.compile(r"(-?[0-9]+)>(-?[0-9]+):([FB]):(-?[0-9]+)")
 _BLOCKS_RE = re.compile(r"(-?[0-9]+):(-?[0-9]+)")
 _GEMM_RE = re.compile(r"(-?[0-9]+)x(-?[0-9]+)x(-?[0-9]+)")
+_GEMMS_RE = re.compile(r"([0-9]+)x([0-9]+)x([0-9]+)x([0-9]+)")
 _JSON = json.JSONDecoder()
 
 
@@ -187,6 +189,25 @@ _KEY = _Codec("SRC>DST:DIR:MB", _enc_key, _dec_key)
 _BLOCKS = _Codec("START:END", _enc_blocks, _dec_blocks)
 _GEMM = _Codec("MxNxK", _enc_gemm, _dec_gemm)
 
+
+def _enc_gemms(v: Any) -> str:
+    if not isinstance(v, tuple) or not v or not all(isinstance(g, tuple) and len(g) == 4 for g in v):
+        raise _BadValue("a non-empty tuple of (M, N, K, COUNT) tuples")
+    return ",".join("x".join(_enc_int(x) for x in g) for g in v)
+
+
+def _dec_gemms(s: str) -> tuple[tuple[int, int, int, int], ...]:
+    out = []
+    for part in s.split(","):
+        m = _GEMMS_RE.fullmatch(part)
+        if not m:
+            raise _BadValue("MxNxKxCOUNT[,MxNxKxCOUNT...], e.g. 2048x3072x768x1,2048x2048x64x32")
+        out.append((int(m[1]), int(m[2]), int(m[3]), int(m[4])))
+    return tuple(out)
+
+
+_GEMMS = _Codec("MxNxKxCOUNT[,...]", _enc_gemms, _dec_gemms)
+
 _REQUIRED = object()
 
 
@@ -215,6 +236,8 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
         _f("gemm", "gemm_mnk", _GEMM, (0, 0, 0)),
         _f("attn", "attention_flops", _NUM, 0.0),
         _f("kernels", "kernels", _INT, 1),
+        _f("gemms", "gemms", _GEMMS, ()),
+        _f("attnshape", "attention_shape", _GEMM, (0, 0, 0)),
         _f("device", "device", _choice(("gpu", "cpu")), "gpu"),
     ),
     Send: (_f("peer", "peer", _INT), _f("bytes", "bytes", _INT), _f("key", "key", _KEY), _f("handle", "handle", _STR)),

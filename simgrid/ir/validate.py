@@ -199,8 +199,15 @@ def _check_compute(
     if op.attention_flops > op.flops:
         problems.at(rank, index, op, f"attn = {op.attention_flops!r} exceeds flops = {op.flops!r}; the fused "
                     "attention FLOPs are a part of the op's flops")
-    if op.kernels < 0 or any(x < 0 for x in op.gemm_mnk):
-        problems.at(rank, index, op, "kernels and gemm sizes must be >= 0")
+    if op.kernels < 0 or any(x < 0 for x in op.gemm_mnk) or any(x < 0 for x in op.attention_shape):
+        problems.at(rank, index, op, "kernels, gemm and attnshape sizes must be >= 0")
+    if op.gemms:
+        gemm_flops = sum(2.0 * m * n * k * c for m, n, k, c in op.gemms)
+        if any(x <= 0 for g in op.gemms for x in g):
+            problems.at(rank, index, op, "every gemms entry needs M, N, K and COUNT >= 1")
+        elif not math.isclose(gemm_flops, op.flops - op.attention_flops, rel_tol=1e-6):
+            problems.at(rank, index, op, f"gemms add up to {gemm_flops!r} FLOPs but flops - attn = "
+                        f"{op.flops - op.attention_flops!r}; list every matrix multiply of the op")
     if op.kind != "OPT":
         if op.stage < 0 or op.microbatch < 0:
             problems.at(rank, index, op, f"{op.kind} needs stage >= 0 and mb >= 0")
