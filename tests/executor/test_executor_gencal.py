@@ -15,6 +15,7 @@ from executor.gencal import (  # noqa: E402
     calibrate_generation,
     fit_rates,
     generation_layouts,
+    run_means,
     run_samples,
     step_shape,
     with_rows,
@@ -124,6 +125,14 @@ def test_rates_are_recovered_from_steps_priced_at_known_rates() -> None:
     rows = dict(fit_rates(TINY, _profile(), steps))
     assert rows[LAUNCH_KEY] == pytest.approx(18e-6, rel=1e-3)
     assert rows[MATRIX_KEY] == pytest.approx(1 / 80, rel=1e-3)
+
+
+def test_rows_are_means_of_run_means_with_every_call_counted() -> None:
+    """A call ten times the others counts in its run's mean (a step pays gloo's 4 ms ticks at their rate):
+    runs of (1, 1, 10) and (2) us give (4 + 2) / 2 = 3 us; over ten runs of means 1..10 us the slowest and
+    fastest run are trimmed (5.5 us)."""
+    assert run_means([("a", 0, 1e-6), ("a", 0, 1e-6), ("a", 0, 10e-6), ("a", 1, 2e-6)]) == {"a": pytest.approx(3.0)}
+    assert run_means([("b", run, (run + 1) * 1e-6) for run in range(10)]) == {"b": pytest.approx(5.5)}
 
 
 def test_layouts_are_the_ones_the_model_splits_into() -> None:
