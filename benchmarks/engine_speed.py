@@ -5,11 +5,17 @@ Run from the repository root::
     python benchmarks/engine_speed.py                # every case, each in a fresh process
     python benchmarks/engine_speed.py gpt3-1024      # one case
     python benchmarks/engine_speed.py --repeat 5     # five runs of each case; medians printed
+    python benchmarks/engine_speed.py --engine simpy # the same cases on the SimPy interpreter
 
 Each run of a case is its own subprocess so that its peak RSS (``ru_maxrss`` of the child) is its own.
 Targets: gpt3-175b on 1024 A100 under 2 s (program build at stage granularity included); llama3-405b
 (the real 126 layers, 7 on the first and last of 16 stages, 8 elsewhere) on 16,384 H100 under 10 s and
-4 GB; full mode of the 1024-GPU case under 60 s. The targets are for one core: the verdict is printed
+4 GB; full mode of the 1024-GPU case under 60 s; full mode of gpt3-175b on 4096 A100 (dp 64, 96
+micro-batches per replica: 7.5 million ops) under 10 s (issue 14). The ``-step`` case runs the same step
+through :func:`simgrid.engine.fast.simulate_step`, the metrics from the loop's aggregates without a trace
+row per op (what the layout search does); the others build the full trace and derive the metrics from it,
+as :func:`simgrid.simulate` does. ``--engine`` picks the interpreter (default ``auto``: the fast loop).
+The targets are for one core: the verdict is printed
 for CPU time (``time.process_time``) and for wall time, since on a shared machine wall time also counts
 the time other processes held the core. This is a report, not a test: the exit status is 0 whatever the
 verdicts (2 only for an unknown case name).
@@ -42,18 +48,23 @@ class Case:
     mode: str
     target_s: float
     target_gb: float | None = None
+    path: str = "trace"
+    """``trace``: simulate_program + compute_metrics; ``step``: simulate_step + summary_metrics."""
 
 
 CASES = (
     Case("gpt3-1024", "gpt3-175b", "dgx-a100-hdr", 8, 8, 16, 1536, None, "symmetric", 2.0),
     Case("llama3-405b-16k", "llama3-405b", "dgx-h100-ndr", 8, 16, 128, 2048, 8192, "symmetric", 10.0, 4.0),
     Case("gpt3-1024-full", "gpt3-175b", "dgx-a100-hdr", 8, 8, 16, 1536, None, "full", 60.0),
+    Case("gpt3-4096-full", "gpt3-175b", "dgx-a100-hdr", 8, 8, 64, 6144, None, "full", 10.0),
+    Case("gpt3-4096-full-step", "gpt3-175b", "dgx-a100-hdr", 8, 8, 64, 6144, None, "full", 10.0, path="step"),
 )
 
 
-def run_case(case: Case) -> dict[str, object]:
+def run_case(case: Case, engine: str = "auto") -> dict[str, object]:
     """Build and simulate one step in this process: CPU and wall time of each part, and peak RSS."""
     from simgrid.engine import simulate_program
+    from simgrid.engine.fast import simulate_step, summary_metrics
     from simgrid.hardware import load_cluster
     from simgrid.layout import Layout
     from simgrid.metrics import compute_metrics
@@ -69,18 +80,26 @@ def run_case(case: Case) -> dict[str, object]:
     program = build_program(model, layout, granularity="stage")
     wall1, cpu1 = time.perf_counter(), time.process_time()
     cluster = load_cluster(case.cluster, gpus=layout.world_size)
-    engine = simulate_program(program, cluster, mode=case.mode)
-    metrics = compute_metrics(engine.trace, model=model, layout=layout,
-                              peak_flops_per_gpu=cluster.gpu.peak_flops(layout.precision))
+    peak = cluster.gpu.peak_flops(layout.precision)
+    if case.path == "step":
+        summary = simulate_step(program, cluster, mode=case.mode)
+        metrics = summary_metrics(summary, model=model, layout=layout, peak_flops_per_gpu=peak,
+                                  memory_capacity_bytes=cluster.gpu.memory_bytes)
+        mode, simulated, rows = summary.mode, len(summary.weights), 0
+    else:
+        result = simulate_program(program, cluster, mode=case.mode, engine=engine)
+        metrics = compute_metrics(result.trace, model=model, layout=layout, peak_flops_per_gpu=peak)
+        mode, simulated, rows = result.mode, len(result.simulated_ranks), len(result.trace)
     wall2, cpu2 = time.perf_counter(), time.process_time()
     rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
     return {
         "case": case.name, "model": model.name, "layers": model.num_layers, "world": layout.world_size,
         "wall_s": wall2 - wall0, "cpu_s": cpu2 - cpu0, "build_wall_s": wall1 - wall0,
         "build_cpu_s": cpu1 - cpu0, "engine_wall_s": wall2 - wall1, "engine_cpu_s": cpu2 - cpu1,
-        "peak_rss_GB": rss_gb, "mode": engine.mode, "simulated_ranks": len(engine.simulated_ranks),
-        "ops": program.num_ops, "trace_rows": len(engine.trace), "step_time_s": metrics.step_time_s,
+        "peak_rss_GB": rss_gb, "mode": mode, "simulated_ranks": simulated,
+        "ops": program.num_ops, "trace_rows": rows, "step_time_s": metrics.step_time_s,
         "mfu": metrics.mfu, "target_s": case.target_s, "target_GB": case.target_gb,
+        "engine": engine if case.path == "trace" else "fast (step)",
     }
 
 
@@ -104,6 +123,7 @@ def _report(runs: list[dict[str, object]]) -> str:
     cpu, wall, rss = med("cpu_s"), med("wall_s"), med("peak_rss_GB")
     return (
         f"{r['case']}: {r['model']} ({r['layers']} layers) on {r['world']} GPUs, {r['mode']} mode, "
+        f"engine {r['engine']}, "
         f"{r['simulated_ranks']} ranks simulated, {r['ops']} ops, {r['trace_rows']} trace rows; "
         f"step {float(r['step_time_s']):.3f} s, MFU {float(r['mfu']):.1%}\n"  # type: ignore[arg-type]
         f"  {'median of ' + str(len(runs)) + ' runs' if len(runs) > 1 else '1 run'}: "
@@ -118,10 +138,18 @@ def _report(runs: list[dict[str, object]]) -> str:
 
 def main(argv: list[str]) -> int:
     """Run the named cases (default: all), each run in a subprocess, and print each case's medians."""
-    if len(argv) == 2 and argv[0] == "--child":
+    if len(argv) == 3 and argv[0] == "--child":
         case = next(c for c in CASES if c.name == argv[1])
-        print(json.dumps(run_case(case)))
+        print(json.dumps(run_case(case, argv[2])))
         return 0
+    engine = "auto"
+    if "--engine" in argv:
+        at = argv.index("--engine")
+        engine = argv[at + 1] if at + 1 < len(argv) else ""
+        if engine not in ("auto", "fast", "simpy"):
+            print("--engine needs auto, fast or simpy", file=sys.stderr)
+            return 2
+        argv = argv[:at] + argv[at + 2:]
     repeat = 1
     if "--repeat" in argv:
         at = argv.index("--repeat")
@@ -131,7 +159,7 @@ def main(argv: list[str]) -> int:
             print("--repeat needs a whole number of runs, e.g. --repeat 5", file=sys.stderr)
             return 2
         argv = argv[:at] + argv[at + 2:]
-    names = argv or [c.name for c in CASES]
+    names = argv or [c.name for c in CASES if not (engine == "simpy" and c.path == "step")]
     unknown = [n for n in names if n not in {c.name for c in CASES}]
     if unknown:
         print(f"unknown case(s) {unknown}; known: {[c.name for c in CASES]}", file=sys.stderr)
@@ -139,7 +167,7 @@ def main(argv: list[str]) -> int:
     for name in names:
         runs = []
         for _ in range(max(1, repeat)):
-            out = subprocess.run([sys.executable, __file__, "--child", name], capture_output=True, text=True)
+            out = subprocess.run([sys.executable, __file__, "--child", name, engine], capture_output=True, text=True)
             if out.returncode:
                 print(f"{name}: FAILED\n{out.stderr[-3000:]}")
                 break

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from pathlib import Path
 from typing import Any
 
 from simgrid.cli.common import (
@@ -30,6 +30,7 @@ examples:
   simgrid sweep --model llama2-7b --cluster dgx-a100-hdr --gpus 64 --gbs 256 --tp 2,4 --pp 1,2 \\
       --schedule 1f1b,interleaved-1f1b,dualpipev --sequence-parallel both
   simgrid sweep --model llama2-7b --cluster dgx-a100-hdr --gpus 64 --gbs 256 --tp 2 --json
+  simgrid sweep --model gpt3-175b --cluster dgx-a100-hdr --gpus 1024 --gbs 1536 --backend ray --address auto
   simgrid plot sweep.csv --kind heatmap --out heatmap.png
 """
 
@@ -40,8 +41,10 @@ def register(subparsers: Any) -> None:
         "sweep",
         help="search layouts (dp, tp, pp, vpp, ZeRO, micro-batch, schedule, recompute) for the fastest",
         description=(
-            "Enumerate every valid layout of a model on N GPUs, drop those that do not fit in memory, "
-            "simulate the rest in parallel worker processes and print the best."
+            "Enumerate every valid layout of a model on N GPUs and rank them by simulated step time. Layouts are "
+            "decided in order of a lower bound on their step time: the best max(--top, 20) are exactly those "
+            "of simulating every layout, and layouts that cannot join them are skipped (--exhaustive "
+            "simulates every layout that fits). Runs in local worker processes or on a Ray cluster."
         ),
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -61,7 +64,15 @@ def register(subparsers: Any) -> None:
     o.add_argument("--top", type=positive_int, default=10, help="layouts to print (default 10)")
     o.add_argument("--out", help="write every simulated layout, ranked, to this CSV file")
     o.add_argument("--json", action="store_true", help="print a JSON list, best first, instead of a table")
-    o.add_argument("--workers", type=positive_int, help="worker processes (default: CPU count)")
+    o.add_argument("--workers", type=positive_int,
+                   help="worker processes, or Ray actors (default: the CPU count, of the Ray cluster for ray)")
+    o.add_argument("--backend", default="local", metavar="{local,ray}",
+                   help="where layouts are simulated: local processes (default) or a Ray cluster")
+    o.add_argument("--address", help="Ray cluster address for --backend ray: auto, HOST:PORT or ray://HOST:10001 "
+                                     "(default: start Ray on this machine)")
+    o.add_argument("--exhaustive", action="store_true",
+                   help="simulate every layout that fits (default: skip those whose lower bound shows they "
+                        "cannot enter the best max(--top, 20))")
     c.add_argument("--no-prune", action="store_true",
                    help="also simulate layouts that fit with less recompute too (they cannot be faster)")
     o.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
@@ -70,18 +81,29 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the sweep and print the ranking and the account of dropped layouts."""
-    from simgrid.sweep import sweep
+    from simgrid.sweep import DEFAULT_EXACT_TOP, sweep
+    from simgrid.sweep.backends import BACKENDS
 
+    if args.backend not in BACKENDS:
+        raise SimgridError(f"--backend {args.backend!r} is not one of {', '.join(BACKENDS)}")
+    if args.address is not None and args.backend != "ray":
+        raise SimgridError("--address is for --backend ray; the local backend runs on this machine")
     model = model_from_args(args)
     constraints = constraints_from_args(args)
-    if args.out:
+    check_pins(args, model)
+    if args.out is not None:
         _check_writable(args.out)
     result = sweep(
         model, args.cluster, args.gpus, args.gbs, constraints=constraints, workers=args.workers,
         progress=not args.no_progress and not args.json, prune_recompute=not args.no_prune,
+        exact_top=None if args.exhaustive else max(args.top, DEFAULT_EXACT_TOP), backend=args.backend,
+        address=args.address,
     )
     if args.out:
-        result.table.to_csv(args.out, index=False)
+        from simgrid.io import atomic_output
+
+        with atomic_output(args.out, flag="--out") as temp:
+            result.table.to_csv(temp, index=False)
     shown = result.table.head(args.top)
     if args.json:
         print_json([{k: _json_value(row[k]) for k in JSON_KEYS} for row in shown.to_dict("records")])
@@ -96,8 +118,55 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_table(shown))
     if args.out:
-        print(f"\nwrote {len(result.table)} layouts to {args.out}")
+        print(f"\nwrote {len(result.table)} simulated layouts to {args.out}")
     return 0
+
+
+def check_pins(args: argparse.Namespace, model: Any) -> None:
+    """Refuse pinned degrees (comma lists) that leave no layout at all, saying which pin and why (exit 2, one
+    line), rather than enumerating nothing and reporting an empty search."""
+    import itertools
+
+    from simgrid.limits import MAX_OPS, check_world_size
+
+    check_world_size(args.gpus, what=f"--gpus {args.gpus}")
+    gpus = args.gpus
+    divisors = ", ".join(str(d) for d in range(1, min(gpus, 64) + 1) if gpus % d == 0)
+    rules = {
+        "--tp": [(lambda v: gpus % v == 0, f"divides --gpus {gpus} (e.g. {divisors})"),
+                 (lambda v: model.num_heads % v == 0, f"divides {model.name}'s {model.num_heads} attention heads")],
+        "--pp": [(lambda v: gpus % v == 0, f"divides --gpus {gpus} (e.g. {divisors})"),
+                 (lambda v: v <= model.num_layers, f"is at most {model.name}'s {model.num_layers} layers")],
+        "--dp": [(lambda v: gpus % v == 0, f"divides --gpus {gpus} (e.g. {divisors})"),
+                 (lambda v: args.gbs % v == 0, f"divides --gbs {args.gbs}")],
+        "--cp": [(lambda v: gpus % v == 0, f"divides --gpus {gpus} (e.g. {divisors})"),
+                 (lambda v: model.seq_length % (2 * v) == 0,
+                  f"splits the sequence of {model.seq_length} tokens into 2 * cp chunks")],
+    }
+    kept: dict[str, tuple[int, ...]] = {}
+    for flag, checks in rules.items():
+        values = getattr(args, flag[2:], None)
+        if values is None:
+            continue
+        for test, rule in checks:
+            survivors = tuple(v for v in values if test(v))
+            if not survivors:
+                raise SimgridError(f"{flag} {','.join(map(str, values))}: no value {rule}; pin one that does")
+            values = survivors
+        kept[flag] = values
+    pinned = [flag for flag in ("--dp", "--tp", "--pp") if flag in kept]
+    if len(pinned) > 1:
+        cps = kept.get("--cp", (1,))
+        products = {math.prod(combo) for combo in itertools.product(*(kept[f] for f in pinned))}
+        if not any(gpus % (product * cp) == 0 for product in products for cp in cps):
+            names = " ".join(f"{flag} {','.join(map(str, kept[flag]))}" for flag in pinned)
+            raise SimgridError(f"{names}: no combination divides --gpus {gpus} (with cp); make dp * tp * pp * cp = "
+                               f"{gpus}")
+    largest_mbs = max(args.mbs or (args.max_mbs,))
+    fewest = -(-args.gbs // (gpus * largest_mbs))  # micro-batches of the most parallel layout
+    if fewest * 56 > MAX_OPS:  # the smallest program: stage granularity, one unit per micro-batch
+        raise SimgridError(f"--gbs {args.gbs} on {gpus} GPUs means at least {fewest:,} micro-batches per pipeline, "
+                           f"over the limit of {MAX_OPS:,} simulated ops for every layout; use a smaller --gbs")
 
 
 def constraints_from_args(args: argparse.Namespace) -> Any:
@@ -143,9 +212,9 @@ def format_table(df: Any) -> str:
 
 
 def _check_writable(path: str) -> None:
-    parent = Path(path).resolve().parent
-    if not parent.is_dir():
-        raise SimgridError(f"--out {path}: directory {parent} does not exist")
+    from simgrid.io import check_output_path
+
+    check_output_path(path, flag="--out")
 
 
 def _json_value(value: Any) -> Any:

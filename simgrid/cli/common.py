@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from typing import Any
 
-from simgrid.errors import LayoutError, ModelError
+from simgrid.errors import LayoutError, ModelError, SimulationError
 from simgrid.layout import OPTIMIZERS, PRECISIONS, RECOMPUTE_POLICIES, SCHEDULES, Layout, check_layout
 from simgrid.model.spec import ModelSpec
 
@@ -334,19 +335,35 @@ def model_layout_from_args(args: argparse.Namespace, *, gpus: int | None = None,
 
 
 def print_json(data: Any) -> None:
-    """Print a JSON document on stdout (sorted keys, indented)."""
-    json.dump(data, sys.stdout, indent=2, sort_keys=True)
-    sys.stdout.write("\n")
+    """Print a JSON document on stdout (sorted keys, indented); a NaN or infinity is refused, not printed
+    as the non-JSON ``NaN``/``Infinity``."""
+    bad = _non_finite(data)
+    if bad:
+        raise SimulationError(
+            f"the result has {bad}, which JSON cannot hold: an input (a hardware profile's rate or overhead, "
+            "a model size) is outside a physical range; check the extreme values"
+        )
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def _non_finite(data: Any, path: str = "") -> str:
+    """``'step_time_s = inf'`` for the first NaN or infinite number in ``data``, else ``''``."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return f"{path or 'a value'} = {data}"
+    if isinstance(data, dict):
+        items: Any = data.items()
+    elif isinstance(data, list | tuple):
+        items = enumerate(data)
+    else:
+        return ""
+    for key, value in items:
+        found = _non_finite(value, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return ""
 
 
 def _model_from_file(path: str) -> ModelSpec:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise ModelError(f"model file {path} does not exist") from None
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"model file {path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ModelError(f"model file {path}: expected a JSON object with ModelSpec fields")
-    return ModelSpec.from_dict(data)
+    from simgrid.model.spec import load_model_file
+
+    return load_model_file(path)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from simgrid.engine.costmodel import ClusterCostModel, CostModel, DurationCache
+from simgrid.engine.fast.loop import FastLoop, UnsupportedProgram
 from simgrid.engine.interpreter import Interpreter
 from simgrid.engine.memory import MemoryReport, build_report
 from simgrid.engine.symmetry import plan_ranks
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 
 MODES = ("symmetric", "full")
 COMM_MODELS = ("fast", "flow")
+ENGINES = ("auto", "simpy", "fast")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +76,7 @@ class EngineResult:
 def simulate_program(program: Program, cluster: Cluster | None = None, *, mode: str = "symmetric",
                      comm_model: str = "fast", speed_factors: Mapping[int, float] | None = None,
                      dtype: str | None = None, cost_model: CostModel | None = None,
-                     memory_capacity_bytes: int | None = None) -> EngineResult:
+                     memory_capacity_bytes: int | None = None, engine: str = "auto") -> EngineResult:
     """Simulate one training step of ``program`` on ``cluster``.
 
     ``mode``: ``symmetric`` simulates one representative per pipeline rank when that is provably exact
@@ -83,8 +85,27 @@ def simulate_program(program: Program, cluster: Cluster | None = None, *, mode: 
     ``speed_factors``: rank -> relative compute speed (0.5 = a straggler at half speed).
     ``dtype``: compute dtype for peak rates (default: the layout's precision, else bf16).
     ``cost_model`` replaces the cluster's costs (tests, what-if studies); ``memory_capacity_bytes``
-    overrides the GPU's capacity for the fit verdict.
+    overrides the GPU's capacity for the fit verdict. ``engine``: ``simpy`` runs the SimPy interpreter;
+    ``fast`` runs the same rules in a plain event loop (:mod:`simgrid.engine.fast`; fast comm model only,
+    same trace row for row); ``auto`` (default) picks ``fast`` whenever it applies.
     """
+    if engine not in ENGINES:
+        raise SimulationError(f"simulate: engine = {engine!r} is not one of {', '.join(ENGINES)}")
+    if engine == "fast" and comm_model != "fast":
+        raise SimulationError("simulate: engine 'fast' needs comm_model 'fast' (flow mode runs on SimPy); "
+                              "use engine 'simpy' or 'auto'")
+    speeds, cost_model, memory_capacity_bytes = prepare_run(
+        program, cluster, mode=mode, comm_model=comm_model, speed_factors=speed_factors, dtype=dtype,
+        cost_model=cost_model, memory_capacity_bytes=memory_capacity_bytes)
+    with collector_paused():
+        return _run(program, cluster, mode=mode, comm_model=comm_model, speeds=speeds, cost_model=cost_model,
+                    memory_capacity_bytes=memory_capacity_bytes, engine=engine)
+
+
+def prepare_run(program: Program, cluster: Cluster | None, *, mode: str, comm_model: str,
+                speed_factors: Mapping[int, float] | None, dtype: str | None, cost_model: CostModel | None,
+                memory_capacity_bytes: int | None) -> tuple[dict[int, float], CostModel, int]:
+    """Check the arguments of a run; return (speed factors, cost model, memory capacity in bytes)."""
     if mode not in MODES:
         raise SimulationError(f"simulate: mode = {mode!r} is not one of {', '.join(MODES)}")
     if comm_model not in COMM_MODELS:
@@ -102,19 +123,28 @@ def simulate_program(program: Program, cluster: Cluster | None = None, *, mode: 
         cost_model = ClusterCostModel(cluster, dtype=dtype)
     if memory_capacity_bytes is None:
         memory_capacity_bytes = cluster.gpu.memory_bytes if cluster is not None else 0
-    with collector_paused():
-        return _run(program, cluster, mode=mode, comm_model=comm_model, speeds=speeds, cost_model=cost_model,
-                    memory_capacity_bytes=memory_capacity_bytes)
+    return speeds, cost_model, memory_capacity_bytes
+
 
 def _run(program: Program, cluster: Cluster | None, *, mode: str, comm_model: str, speeds: dict[int, float],
-         cost_model: CostModel, memory_capacity_bytes: int) -> EngineResult:
+         cost_model: CostModel, memory_capacity_bytes: int, engine: str) -> EngineResult:
     world = program.world_size
     durations = DurationCache(cost_model, program.groups)
     plan = plan_ranks(program, mode=mode, comm_model=comm_model,
                       has_speed_factors=any(v != 1.0 for v in speeds.values()), durations=durations)
-    interp = Interpreter(program, durations, plan.simulated, comm_model=comm_model, speed_factors=speeds)
-    interp.run()
     multiplicity = dict(plan.multiplicity)
+    interp: Interpreter | FastLoop | None = None
+    if engine != "simpy" and comm_model == "fast":
+        interp = FastLoop(program, durations, plan.simulated, speed_factors=speeds, multiplicity=multiplicity)
+        try:
+            interp.run()
+        except UnsupportedProgram:
+            if engine == "fast":
+                raise
+            interp = None  # an op the fast loop does not know: the SimPy interpreter is the reference
+    if interp is None:
+        interp = Interpreter(program, durations, plan.simulated, comm_model=comm_model, speed_factors=speeds)
+        interp.run()
     trace = Trace(interp.rows, meta={
         "source": "simgrid.engine",
         "world_size": world,
@@ -123,7 +153,7 @@ def _run(program: Program, cluster: Cluster | None, *, mode: str, comm_model: st
         "multiplicity": {str(r): n for r, n in multiplicity.items()},
     }, render_ops=True)
     memory = build_report({r: interp.states[r].mem for r in plan.simulated}, memory_capacity_bytes)
-    network = interp.network
+    network = interp.network if isinstance(interp, Interpreter) else None
     return EngineResult(
         trace=trace,
         memory=memory,
@@ -134,8 +164,8 @@ def _run(program: Program, cluster: Cluster | None, *, mode: str, comm_model: st
         multiplicity=multiplicity,
         world_size=world,
         notes=plan.notes,
-        link_bytes=dict(network.bytes_by_link),
-        link_bandwidth_Bps=dict(network.capacity_Bps),
+        link_bytes=dict(network.bytes_by_link) if network is not None else {},
+        link_bandwidth_Bps=dict(network.capacity_Bps) if network is not None else {},
     )
 
 

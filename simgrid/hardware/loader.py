@@ -22,6 +22,8 @@ downwards (cluster -> node -> gpu), so cycles cannot occur.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from simgrid.errors import ProfileError
@@ -50,16 +52,39 @@ def _looks_like_path(reference: str | Path) -> bool:
 
 
 def _profile_file(reference: str | Path, kind: str, *, base: Path | None = None, referrer: str = "") -> Path:
-    """The file for a name or path; relative paths in a profile are relative to that profile's folder."""
+    """The file for a name or path; relative paths in a profile are relative to that profile's folder.
+
+    Only the path's existence is checked here; :func:`read_toml` refuses what is not a regular UTF-8 file.
+    """
+    lead = f"{referrer}: " if referrer else ""
     if not _looks_like_path(reference):
-        return find_profile(str(reference), kind, referrer=referrer)
+        try:
+            return find_profile(str(reference), kind, referrer=referrer)
+        except ProfileError:
+            if str(reference) and _is_directory(Path(str(reference))):
+                raise ProfileError(f"{lead}{reference!r} is a directory, not a {kind} profile; name a .toml file "
+                                   "inside it or a profile name (see `simgrid profiles`)") from None
+            raise
     path = Path(reference).expanduser()
     if base is not None and not path.is_absolute():
         path = base / path
-    if not path.is_file():
-        lead = f"{referrer}: " if referrer else ""
-        raise ProfileError(f"{lead}profile file {display_path(path)} does not exist")
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError) as exc:
+        reason = "does not exist" if isinstance(exc, FileNotFoundError) else \
+            f"cannot be used: {getattr(exc, 'strerror', None) or exc}"
+        raise ProfileError(f"{lead}profile file {display_path(path)} {reason}") from None
+    if stat.S_ISDIR(mode):
+        raise ProfileError(f"{lead}{display_path(path)} is a directory, not a {kind} profile file; name a .toml "
+                           "file inside it or a profile name (see `simgrid profiles`)")
     return path
+
+
+def _is_directory(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def _top_reader(path: Path, kind: str) -> TableReader:

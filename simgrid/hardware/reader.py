@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from simgrid.errors import ProfileError
-from simgrid.hardware.rules import FieldError, format_value
+from simgrid.hardware.rules import MAX_MAGNITUDE, FieldError, format_value
 from simgrid.hardware.search import display_path
 
 T = TypeVar("T")
@@ -77,7 +77,10 @@ class TableReader:
             raise self.error(key, value, "must be a number")
         if isinstance(value, float) and math.isnan(value):
             raise self.error(key, value, "must be a number, not nan")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond float range: no field takes it
+            raise self.error(key, value, f"is out of range: magnitudes above {MAX_MAGNITUDE:g} are refused") from None
 
     def optional_number(self, key: str) -> float | None:
         """A float or ``None`` when absent."""
@@ -113,6 +116,8 @@ class TableReader:
             bad = isinstance(item, bool) or not isinstance(item, int if integers else int | float)
             if bad:
                 raise self.error(f"{key}[{i}]", item, "must be an integer" if integers else "must be a number")
+            if not integers and isinstance(item, int) and abs(item) > MAX_MAGNITUDE:
+                raise self.error(f"{key}[{i}]", item, f"is out of range: magnitudes above {MAX_MAGNITUDE:g} are refused")
         return tuple(item if integers else float(item) for item in value)
 
     def table(self, key: str) -> TableReader:

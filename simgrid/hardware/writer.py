@@ -160,8 +160,18 @@ def to_toml(spec: ClusterSpec | NodeSpec | GPUSpec) -> str:
 
 
 def write_profile(spec: ClusterSpec | NodeSpec | GPUSpec, path: str | Path) -> Path:
-    """Write :func:`to_toml` of ``spec`` to ``path`` (parent folders created); returns the path."""
+    """Write :func:`to_toml` of ``spec`` to ``path`` atomically (parent folders created); returns the path.
+
+    The file appears complete or not at all (a temporary file in the folder, then a rename), so a failed
+    calibration never leaves a truncated profile for ``validate`` to read.
+    """
+    from simgrid.io.atomic import atomic_write_text
+
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(to_toml(spec), encoding="utf-8")
+    text = to_toml(spec)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ProfileError(f"{target}: cannot create the folder {target.parent}: {exc.strerror or exc}") from None
+    atomic_write_text(target, text, flag="profile", error=ProfileError)
     return target

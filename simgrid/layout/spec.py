@@ -112,6 +112,11 @@ class Layout:
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("dp_mode", self.dp_mode, DP_MODES)
         _choice("zero_impl", self.zero_impl, ZERO_IMPLS)
+        for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce"):
+            if not isinstance(getattr(self, flag), bool):
+                raise LayoutError(f"layout: {flag} = {getattr(self, flag)!r} must be true or false")
+        if isinstance(self.bucket_size_MB, bool) or not isinstance(self.bucket_size_MB, int | float):
+            raise LayoutError(f"layout: bucket_size_MB = {self.bucket_size_MB!r} must be a number of MB")
         if not self.bucket_size_MB > 0:
             raise LayoutError(f"layout: bucket_size_MB = {self.bucket_size_MB!r} must be > 0")
         if self.schedule is None:
@@ -168,6 +173,9 @@ class Layout:
 
     # -- rules ---------------------------------------------------------------------------------
     def _check_rules(self) -> None:
+        from simgrid.limits import check_world_size
+
+        check_world_size(self.world_size, what=f"layout dp * tp * pp * cp = {self.dp} * {self.tp} * {self.pp} * {self.cp}")
         stage_ranks = self.tp * self.cp * self.dp
         if stage_ranks % (self.ep * self.expert_tp):
             raise LayoutError(

@@ -1,4 +1,4 @@
-"""Layout search: enumerate every valid parallel layout, drop what cannot fit, simulate and rank the rest.
+"""Layout search: enumerate every valid parallel layout, bound, simulate what can win, rank.
 
 Quick use::
 
@@ -10,8 +10,10 @@ Quick use::
 """
 
 from simgrid.sweep.constraints import PIPELINE_SCHEDULES, SweepConstraints
+from simgrid.sweep.evaluate import result_row
 from simgrid.sweep.progress import ProgressBar
 from simgrid.sweep.runner import (
+    DEFAULT_EXACT_TOP,
     LAYOUT_COLUMNS,
     RESULT_COLUMNS,
     SweepFailure,
@@ -19,13 +21,13 @@ from simgrid.sweep.runner import (
     cheapest_recompute,
     describe_layout,
     rank_table,
-    result_row,
     sweep,
     sweep_layouts,
 )
 from simgrid.sweep.search_space import LayoutSpace, enumerate_layout_space, enumerate_layouts
 
 __all__ = [
+    "DEFAULT_EXACT_TOP",
     "LAYOUT_COLUMNS",
     "PIPELINE_SCHEDULES",
     "RESULT_COLUMNS",

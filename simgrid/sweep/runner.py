@@ -1,9 +1,10 @@
-"""The layout search: enumerate, drop what cannot fit, simulate the rest in parallel, rank.
+"""The layout search: enumerate, bound, simulate the layouts that can still make the best K, rank.
 
-Simulations run in worker processes started with the ``spawn`` method: the engine holds SimPy state and
-large tables, and a forked copy of a parent that already imported them (or runs threads, as Jupyter
-does) is not safe. Each worker loads the model and cluster once (pool initializer) and then receives
-only :class:`~simgrid.layout.Layout` values, which are small frozen dataclasses.
+Layouts are decided by :func:`simgrid.sweep.search.branch_and_bound` in order of an admissible lower
+bound on their step time (:mod:`simgrid.sweep.bounds`): the best ``exact_top`` layouts are exactly those
+of simulating everything, and every layout whose bound shows it cannot join them is skipped unsimulated
+(``exact_top=None`` simulates every layout that fits). Simulations run on the fast engine
+(:mod:`simgrid.engine.fast`), in worker processes or on a Ray cluster (:mod:`simgrid.sweep.backends`).
 
 A failing simulation (a schedule the generator rejects, an engine bug) is recorded with its message and
 the search goes on: one bad corner of the space must not cost the user the whole sweep.
@@ -11,17 +12,11 @@ the search goes on: one bad corner of the space must not cost the user the whole
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import dataclasses
-import gc
 import importlib
-import multiprocessing
-import os
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures.process import BrokenProcessPool
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +25,15 @@ from simgrid.gcpause import collector_paused
 from simgrid.layout import Layout
 from simgrid.model.spec import ModelSpec
 from simgrid.sweep.constraints import SweepConstraints
+from simgrid.sweep.evaluate import (
+    METRIC_COLUMNS,
+    EstimateMemoryFn,
+    LayoutEvaluator,
+    SimulateFn,
+    fast_path_applies,
+    plain,
+    resolve_cluster,
+)
 from simgrid.sweep.progress import ProgressBar
 from simgrid.sweep.search_space import enumerate_layout_space
 
@@ -38,11 +42,6 @@ if TYPE_CHECKING:
 
 #: Layout columns of the result table, in the order the issue lists them.
 LAYOUT_COLUMNS: tuple[str, ...] = ("dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "cp", "ep", "etp")
-#: Metric columns copied from the simulation's metrics.
-METRIC_COLUMNS: tuple[str, ...] = (
-    "step_time_s", "tokens_per_s", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction",
-    "peak_memory_bytes", "memory_capacity_bytes", "fits",
-)
 #: Every column of :attr:`SweepResult.table`.
 RESULT_COLUMNS: tuple[str, ...] = (
     *LAYOUT_COLUMNS, "sequence_parallel", "flash_attention", *METRIC_COLUMNS, "exposed_tp_s", "exposed_cp_s",
@@ -51,8 +50,8 @@ RESULT_COLUMNS: tuple[str, ...] = (
 #: Memory categories of a :class:`simgrid.memory.MemoryEstimate` breakdown.
 MEMORY_CATEGORIES: tuple[str, ...] = ("weights", "grads", "optimizer", "activations", "buffers")
 
-SimulateFn = Callable[..., Any]
-EstimateMemoryFn = Callable[[ModelSpec, Layout, Any], Any]
+DEFAULT_EXACT_TOP = 20
+"""Best layouts a search guarantees exact (the bound prunes only layouts that cannot join them)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,10 +85,19 @@ class SweepResult:
     dominated: int = 0
     """Fitting layouts not simulated because the same layout with less recompute also fits (recompute
     only adds work, so it cannot be faster)."""
+    bounded: int = 0
+    """Layouts skipped because their lower bound on the step time exceeds the ``exact_top``-th best simulated
+    step time: they cannot join the best ``exact_top`` (their memory was not checked either)."""
+    exact_top: int | None = None
+    """How many best layouts the search guarantees exact; ``None``: every layout that fits was simulated."""
     failures: tuple[SweepFailure, ...] = ()
     """Layouts whose estimate or simulation raised."""
     wall_s: float = 0.0
     """Wall time of the whole search in seconds."""
+    backend: str = "local"
+    """Where the layouts were evaluated (``local`` or ``ray``)."""
+    workers: int = 1
+    """Worker processes (or Ray actors) that evaluated them."""
 
     @property
     def invalid(self) -> int:
@@ -108,7 +116,7 @@ class SweepResult:
                 f"sweep: no layout could be simulated ({self.enumerated} valid, {self.memory_dropped} do not "
                 f"fit in memory, {len(self.failures)} failed); relax the constraints or add GPUs"
             )
-        return {k: _plain(v) for k, v in self.table.iloc[0].to_dict().items()}
+        return {k: plain(v) for k, v in self.table.iloc[0].to_dict().items()}
 
     def summary_lines(self) -> list[str]:
         """Human-readable account: how many enumerated, dropped (and why), simulated, failed."""
@@ -126,9 +134,12 @@ class SweepResult:
         lines.append(f"dropped for memory: {self.memory_dropped}" + (f" ({why})" if why else ""))
         if self.dominated:
             lines.append(f"skipped {self.dominated} that fit with less recompute as well (recompute only adds work)")
+        if self.bounded:
+            lines.append(f"skipped {self.bounded} whose lower bound exceeds the {self.exact_top}th best step time "
+                         "(they cannot enter the best; --exhaustive simulates them)")
         lines.append(
             f"simulated: {self.simulated} ({len(self.table)} ok, {len(self.failures)} failed) "
-            f"in {self.wall_s:.1f} s"
+            f"in {self.wall_s:.1f} s on {self.workers} {self.backend} worker{'s' if self.workers != 1 else ''}"
         )
         for failure in self.failures[:3]:
             lines.append(f"  failed {describe_layout(failure.layout)}: {failure.error}")
@@ -149,6 +160,9 @@ def sweep(
     simulate_options: Mapping[str, Any] | None = None,
     simulate_fn: SimulateFn | None = None,
     estimate_memory_fn: EstimateMemoryFn | None = None,
+    exact_top: int | None = DEFAULT_EXACT_TOP,
+    backend: str = "local",
+    address: str | None = None,
 ) -> SweepResult:
     """Search every valid layout of ``model`` on ``gpus`` GPUs of ``cluster_name`` and rank them.
 
@@ -157,30 +171,37 @@ def sweep(
     ``granularity``). ``simulate_fn``/``estimate_memory_fn`` replace the simulator and the memory
     estimate (a custom cost model; they must be importable module-level functions to reach workers).
     ``top`` keeps only the best rows in the table; the counts still cover the whole search.
+    ``exact_top``: the best that many layouts are guaranteed exact, and layouts whose lower bound shows
+    they cannot join them are not simulated (``None``: simulate every layout that fits; a custom
+    ``simulate_fn`` or flow-mode options always do, as the bound is the engine's).
     ``prune_recompute`` skips a layout when the same layout with a cheaper recompute policy (none <
     selective < full) also fits: recompute only adds FLOPs, so the skipped one cannot rank higher.
+    ``backend``: ``local`` (``workers`` processes, default the CPU count) or ``ray`` (actors on the Ray
+    cluster at ``address``; see :mod:`simgrid.sweep.backends`).
     """
     start = time.perf_counter()
     spec = _resolve_model(model)
-    cluster = _resolve_cluster(cluster_name, gpus)
+    cluster = resolve_cluster(cluster_name, gpus)
     space = enumerate_layout_space(spec, cluster, gpus=gpus, global_batch=global_batch, constraints=constraints)
     result = sweep_layouts(
         spec, cluster_name, gpus, space.layouts, top=top, workers=workers, progress=progress,
-        prune_recompute=prune_recompute, simulate_options=simulate_options, simulate_fn=simulate_fn, estimate_memory_fn=estimate_memory_fn,
-        cluster=cluster,
+        prune_recompute=prune_recompute, simulate_options=simulate_options, simulate_fn=simulate_fn,
+        estimate_memory_fn=estimate_memory_fn, cluster=cluster, exact_top=exact_top, backend=backend,
+        address=address,
     )
-    return SweepResult(
-        table=result.table, tried=space.tried, enumerated=len(space.layouts),
-        invalid_reasons=space.invalid_reasons, invalid_examples=space.invalid_examples,
-        memory_dropped=result.memory_dropped,
-        memory_reasons=result.memory_reasons, dominated=result.dominated, failures=result.failures,
-        wall_s=time.perf_counter() - start,
+    return dataclasses.replace(
+        result, tried=space.tried, enumerated=len(space.layouts), invalid_reasons=space.invalid_reasons,
+        invalid_examples=space.invalid_examples, wall_s=time.perf_counter() - start,
     )
 
 
 SWEEP_SIMULATE_DEFAULTS: dict[str, Any] = {"granularity": "stage"}
 """A sweep ranks layouts, so it simulates at stage granularity: about 10x faster than per-block programs
 at 8-64 GPUs and within a few percent of them in step time (``simulate_options`` can ask for ``block``)."""
+
+BATCH_PER_WORKER = 8
+"""Layouts sent per worker per batch: enough to keep workers busy between two decisions of the search,
+few enough that the bound prunes soon after the best layouts are found."""
 
 
 def sweep_layouts(
@@ -197,41 +218,53 @@ def sweep_layouts(
     simulate_fn: SimulateFn | None = None,
     estimate_memory_fn: EstimateMemoryFn | None = None,
     cluster: Any = None,
+    exact_top: int | None = DEFAULT_EXACT_TOP,
+    backend: str = "local",
+    address: str | None = None,
 ) -> SweepResult:
-    """Memory-filter, simulate and rank the given layouts (the second half of :func:`sweep`)."""
+    """Bound, memory-filter, simulate and rank the given layouts (the second half of :func:`sweep`)."""
+    from simgrid.sweep.backends import make_backend
+    from simgrid.sweep.search import branch_and_bound
+
     start = time.perf_counter()
     spec = _resolve_model(model)
     if cluster is None:
-        cluster = _resolve_cluster(cluster_name, gpus)
+        cluster = resolve_cluster(cluster_name, gpus)
     candidates = list(layouts)
-    estimate = estimate_memory_fn or _default_estimate_memory()
-    to_simulate: list[Layout] = []
-    memory_reasons: Counter[str] = Counter()
-    failures: list[SweepFailure] = []
-    for layout in candidates:
-        try:
-            est = estimate(spec, layout, cluster.gpu)
-        except Exception as exc:  # one broken estimate must not end the sweep
-            failures.append(SweepFailure(layout=layout, error=f"memory estimate: {type(exc).__name__}: {exc}"))
-            continue
-        if _field(est, "fits"):
-            to_simulate.append(layout)
-        else:
-            memory_reasons[_dominant_category(_field(est, "breakdown"))] += 1
-    fitting = len(to_simulate)
-    if prune_recompute:
-        to_simulate = cheapest_recompute(to_simulate)
-    rows, sim_failures = _simulate_all(
-        spec, cluster_name if isinstance(cluster_name, str) else cluster, gpus, to_simulate,
-        workers=workers, progress=progress, options={**SWEEP_SIMULATE_DEFAULTS, **(simulate_options or {})},
-        simulate_fn=simulate_fn,
-    )
-    failures += sim_failures
+    options = {**SWEEP_SIMULATE_DEFAULTS, **(simulate_options or {})}
+    bounded = bool(exact_top) and simulate_fn is None and fast_path_applies(options)
+    evaluator_args = (spec, cluster_name if isinstance(cluster_name, str) else cluster, gpus, options,
+                      {"simulate_fn": simulate_fn, "estimate_memory_fn": estimate_memory_fn})
+    bar = ProgressBar(len(candidates), label="layouts decided", enabled=None if progress else False)
+    engine = None
+    try:
+        engine = make_backend(backend, evaluator_args, workers=workers, address=address,
+                              most=len(candidates)) if candidates else None
+        bounds = None
+        if bounded and candidates:
+            with collector_paused():
+                local = LayoutEvaluator(spec, cluster, gpus, options)
+                bounds = [_quick_bound(local, layout) for layout in candidates]
+        outcome = branch_and_bound(
+            candidates, bounds, engine.evaluate if engine is not None else (lambda tasks: []),
+            keep=exact_top if bounded else None, prune_recompute=prune_recompute,
+            batch_size=BATCH_PER_WORKER * (engine.workers if engine is not None else 1),
+            on_progress=bar.update_to,
+        )
+    finally:
+        bar.close()
+        if engine is not None:
+            engine.close()
+    # Rows arrive batch by batch, and batches depend on the worker count: order them by layout first so
+    # that layouts tied in every ranking key keep one order whatever the backend.
+    rows = sorted(outcome.rows, key=lambda r: tuple(str(r[c]) for c in (*LAYOUT_COLUMNS, "sequence_parallel",
+                                                                          "flash_attention")))
     return SweepResult(
         table=rank_table(rows, top=top), tried=len(candidates), enumerated=len(candidates),
-        memory_dropped=sum(memory_reasons.values()), memory_reasons=memory_reasons,
-        dominated=fitting - len(to_simulate), failures=tuple(failures),
-        wall_s=time.perf_counter() - start,
+        memory_dropped=sum(outcome.memory_reasons.values()), memory_reasons=outcome.memory_reasons,
+        dominated=outcome.dominated, bounded=outcome.bounded, exact_top=exact_top if bounded else None,
+        failures=tuple(SweepFailure(layout=layout, error=error) for layout, error in outcome.failures),
+        wall_s=time.perf_counter() - start, backend=backend, workers=engine.workers if engine is not None else 1,
     )
 
 
@@ -280,121 +313,15 @@ def describe_layout(layout: Layout) -> str:
     return text + (" sp" if layout.sequence_parallel else "") + (" flash" if layout.flash_attention else "")
 
 
-# -- simulation in workers -------------------------------------------------------------------------
-
-
-class LayoutEvaluator:
-    """Simulates one layout of a fixed model and cluster and returns its result row (or an error)."""
-
-    def __init__(self, model: ModelSpec, cluster_ref: Any, gpus: int, options: dict[str, Any],
-                 simulate_fn: SimulateFn | None) -> None:
-        self.model = model
-        self.cluster = _resolve_cluster(cluster_ref, gpus)
-        self.options = options
-        self.simulate = simulate_fn or _default_simulate()
-
-    def __call__(self, layout: Layout) -> tuple[dict[str, Any] | None, str | None]:
-        try:
-            result = self.simulate(self.model, self.cluster, layout, **self.options)
-            return result_row(layout, result), None
-        except Exception as exc:  # recorded per layout; the sweep goes on
-            return None, f"{type(exc).__name__}: {exc}"
-
-
-_WORKER_EVALUATOR: list[LayoutEvaluator] = []
-
-
-def _init_worker(model: ModelSpec, cluster_ref: Any, gpus: int, options: dict[str, Any],
-                 simulate_fn: SimulateFn | None) -> None:
-    _WORKER_EVALUATOR[:] = [LayoutEvaluator(model, cluster_ref, gpus, options, simulate_fn)]
-    # Everything loaded so far lives as long as the worker: keep the cyclic collector from rescanning it
-    # after every layout.
-    gc.freeze()
-
-
-def _evaluate_in_worker(layout: Layout) -> tuple[dict[str, Any] | None, str | None]:
-    # One layout's objects die together when it returns; collecting cycles mid-run only costs time.
-    with collector_paused():
-        return _WORKER_EVALUATOR[0](layout)
-
-
-def _simulate_all(
-    model: ModelSpec, cluster_ref: Any, gpus: int, layouts: list[Layout], *, workers: int | None,
-    progress: bool, options: dict[str, Any], simulate_fn: SimulateFn | None,
-) -> tuple[list[dict[str, Any]], list[SweepFailure]]:
-    rows: list[dict[str, Any]] = []
-    failures: list[SweepFailure] = []
-    bar = ProgressBar(len(layouts), label="layouts simulated", enabled=None if progress else False)
-
-    def record(layout: Layout, row: dict[str, Any] | None, error: str | None) -> None:
-        if row is not None:
-            rows.append(row)
-        else:
-            failures.append(SweepFailure(layout=layout, error=error or "unknown error"))
-        bar.advance(failed=row is None)
-
-    n_workers = min(workers or os.cpu_count() or 1, len(layouts))
-    leftover: list[Layout] = []
-    try:
-        if n_workers <= 1:
-            evaluator = LayoutEvaluator(model, cluster_ref, gpus, options, simulate_fn)
-            for layout in layouts:
-                record(layout, *evaluator(layout))
-        else:
-            context = multiprocessing.get_context("spawn")
-            with cf.ProcessPoolExecutor(
-                max_workers=n_workers, mp_context=context, initializer=_init_worker,
-                initargs=(model, cluster_ref, gpus, options, simulate_fn),
-            ) as pool:
-                futures = {pool.submit(_evaluate_in_worker, layout): layout for layout in layouts}
-                try:
-                    for future in cf.as_completed(futures):
-                        try:
-                            row, error = future.result()
-                        except BrokenProcessPool:
-                            leftover.append(futures[future])
-                            continue
-                        except Exception as exc:  # an unpicklable result fails its layout only
-                            row, error = None, f"worker: {type(exc).__name__}: {exc}"
-                        record(futures[future], row, error)
-                except BaseException:
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    raise
-            if leftover:
-                # Workers die together when they cannot start (a script without the
-                # ``if __name__ == "__main__":`` guard that spawn needs) or one is killed (out of host
-                # memory). Finishing in this process is slower but still gives the user an answer.
-                print(
-                    f"simgrid sweep: worker processes stopped ({len(leftover)} layouts left); finishing them "
-                    "in this process. If this is a script, put the sweep under `if __name__ == \"__main__\":`.",
-                    file=sys.stderr,
-                )
-                evaluator = LayoutEvaluator(model, cluster_ref, gpus, options, simulate_fn)
-                for layout in leftover:
-                    record(layout, *evaluator(layout))
-    finally:
-        bar.close()
-    return rows, failures
-
-
-def result_row(layout: Layout, result: Any) -> dict[str, Any]:
-    """One table row from a layout and its :class:`simgrid.simulation.SimulationResult` (or metrics)."""
-    metrics = getattr(result, "metrics", result)
-    row: dict[str, Any] = {
-        "dp": layout.dp, "tp": layout.tp, "pp": layout.pp, "cp": layout.cp, "ep": layout.ep, "etp": layout.expert_tp,
-        "vpp": layout.vpp, "zero": layout.zero,
-        "mbs": layout.micro_batch_size, "schedule": layout.schedule, "recompute": layout.recompute,
-        "sequence_parallel": layout.sequence_parallel, "flash_attention": layout.flash_attention,
-    }
-    for name in METRIC_COLUMNS:
-        row[name] = _plain(_field(metrics, name))
-    exposed = _field(metrics, "exposed_comm_s", default={}) or {}
-    for kind in ("tp", "cp", "ep", "pp", "dp"):
-        row[f"exposed_{kind}_s"] = float(_field(exposed, kind, default=0.0) or 0.0)
-    return row
-
-
 # -- helpers ----------------------------------------------------------------------------------------
+
+
+def _quick_bound(evaluator: LayoutEvaluator, layout: Layout) -> float:
+    """The layout's quick bound, or 0 (always admissible: the layout is simulated) if it cannot be had."""
+    try:
+        return float(evaluator.bounds.quick(layout))
+    except Exception:  # a schedule or op the bound does not know: no pruning for this layout, no error
+        return 0.0
 
 
 def _resolve_model(model: ModelSpec | str) -> ModelSpec:
@@ -402,39 +329,3 @@ def _resolve_model(model: ModelSpec | str) -> ModelSpec:
         return model
     spec: ModelSpec = importlib.import_module("simgrid.model").get_model(model)
     return spec
-
-
-def _resolve_cluster(cluster_ref: Any, gpus: int) -> Any:
-    if isinstance(cluster_ref, str):
-        from simgrid.hardware.loader import load_cluster
-
-        return load_cluster(cluster_ref, gpus=gpus)
-    return cluster_ref
-
-
-def _default_simulate() -> SimulateFn:
-    fn: SimulateFn = importlib.import_module("simgrid.simulation").simulate
-    return fn
-
-
-def _default_estimate_memory() -> EstimateMemoryFn:
-    fn: EstimateMemoryFn = importlib.import_module("simgrid.memory").estimate_memory
-    return fn
-
-
-def _field(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
-
-
-def _dominant_category(breakdown: Any) -> str:
-    if not isinstance(breakdown, Mapping) or not breakdown:
-        return "unknown"
-    return str(max(breakdown, key=lambda k: breakdown[k]))
-
-
-def _plain(value: Any) -> Any:
-    """numpy scalars to Python ones (JSON and comparisons stay simple)."""
-    item = getattr(value, "item", None)
-    return item() if callable(item) else value

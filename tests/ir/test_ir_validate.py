@@ -169,7 +169,9 @@ def test_compute_sanity() -> None:
         "B stage=2 mb=1 chunk=0 blocks=5:7 flops=1.0 hbm=0.0",
         "F stage=0 mb=0 chunk=0 blocks=1:2 flops=1.0 hbm=0.0 attn=2.0",
     ]
-    ranks = [tuple(parse_op(x) for x in bad)] + [p.ranks[r] for r in range(1, 4)]
+    ops = [parse_op(x.replace("hbm=inf", "hbm=0.0")) for x in bad]
+    ops[1] = dataclasses.replace(ops[1], hbm_bytes=float("inf"))  # the text form refuses inf; Python does not
+    ranks = [tuple(ops)] + [p.ranks[r] for r in range(1, 4)]
     with pytest.raises(ProgramError) as info:
         validate_program(dataclasses.replace(p, ranks=tuple(ranks)))
     text = str(info.value)

@@ -142,19 +142,35 @@ def test_best_of_an_empty_sweep_explains_why() -> None:
         result.best()
 
 
-def test_progress_bar_text_and_silence_off_a_terminal() -> None:
-    """render() shows done/total and rate; a non-TTY stream gets nothing by default."""
+def test_progress_off_a_terminal_is_a_plain_line_every_interval() -> None:
+    """A redirected search prints no control characters but, every ``interval_s`` (here on a fake clock),
+    one line with done/total, the rate and the time left; close() adds the last line."""
+    clock = iter([0.0, 1.0, 6.0, 7.0, 12.5, 13.0]).__next__
     stream = io.StringIO()
-    bar = ProgressBar(4, stream=stream)
-    bar.advance(2)
-    bar.close()
+    bar = ProgressBar(4, stream=stream, interval_s=5.0, clock=clock)
+    bar.advance(1)  # t = 1: too early for a line
     assert stream.getvalue() == ""
-    text = ProgressBar(4, enabled=True, stream=io.StringIO()).render(1.0)
-    assert "0/4 layouts" in text and "ETA ?" in text
-    shown = ProgressBar(2, enabled=True, stream=stream)
-    shown.advance(1)
-    shown.advance(1, failed=True)  # the last item always redraws
-    assert "2/2" in stream.getvalue() and "1 failed" in stream.getvalue()
+    bar.advance(1)  # t = 6: a line
+    bar.advance(1, failed=True)  # t = 7: too early again
+    bar.update_to(4)  # t = 12.5: a line
+    bar.close()  # t = 13: the last line
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3 and "\r" not in stream.getvalue()
+    assert lines[0].startswith("simgrid: 2/4 layouts") and "ETA" in lines[0]
+    assert "4/4" in lines[-1] and "(1 failed)" in lines[-1]
+
+
+def test_progress_is_silent_when_disabled_and_a_short_run_prints_nothing() -> None:
+    """enabled=False prints nothing; a run shorter than one interval prints no line either."""
+    stream = io.StringIO()
+    bar = ProgressBar(4, stream=stream, enabled=False)
+    bar.advance(4)
+    bar.close()
+    quick = ProgressBar(4, stream=stream)
+    quick.advance(4)
+    quick.close()
+    assert stream.getvalue() == ""
+    assert "0/4 layouts" in ProgressBar(4, stream=stream).render(1.0)
 
 
 @pytest.mark.parametrize(("seconds", "text"), [(42.4, "42s"), (185, "3m05s"), (3720, "1h02m"), (float("nan"), "?")])
