@@ -162,16 +162,21 @@ def watch_parent(rank: int, parent_pid: int, interval_s: float = PARENT_POLL_S) 
     def watch() -> None:
         while True:
             time.sleep(interval_s)
-            if os.getppid() != parent_pid:
-                message = (f"simgrid-exec: error: rank {rank}: the launching process (pid {parent_pid}) died; "
-                           "this rank stops\n")
-                with contextlib.suppress(OSError):
-                    os.write(2, message.encode())
-                os._exit(PARENT_GONE_EXIT)
+            _exit_if_orphaned(rank, parent_pid)
 
     thread = threading.Thread(target=watch, name=f"rank{rank}-parent-watch", daemon=True)
     thread.start()
     return thread
+
+
+def _exit_if_orphaned(rank: int, parent_pid: int) -> None:
+    """Print the rank's one line and exit if its launcher is gone (it was re-parented)."""
+    if os.getppid() != parent_pid:
+        message = (f"simgrid-exec: error: rank {rank}: the launching process (pid {parent_pid}) died; "
+                   "this rank stops\n")
+        with contextlib.suppress(OSError):
+            os.write(2, message.encode())
+        os._exit(PARENT_GONE_EXIT)
 
 
 def _child(rank: int, config: LaunchConfig, port: int, groups: Mapping[str, Sequence[int]], worker: Worker,
@@ -187,6 +192,10 @@ def _child(rank: int, config: LaunchConfig, port: int, groups: Mapping[str, Sequ
         result = worker(ctx, payload)
         results.put(("ok", rank, result))
     except BaseException as exc:  # report everything, including KeyboardInterrupt, to the parent
+        if parent_pid is not None:
+            # A peer that saw the dead launcher first exits, and this rank's collective then fails: the
+            # cause to report is the launcher, not the broken connection (and nobody reads the queue).
+            _exit_if_orphaned(rank, parent_pid)
         text = _op_text(op_buffer, rank)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         results.put(("error", rank, text, detail, traceback.format_exc(limit=8)))
