@@ -298,9 +298,12 @@ KNOWN_LIMITATIONS = """\
   element-wise kernels as bytes at the achievable HBM bandwidth with Megatron-LM's or PyTorch eager's
   kernel split (`kernel_fusion`). Every constant cites a measurement in its profile's [sources]; none was
   fitted to these tables.
-- Not modelled, and visible in the misses: overlap of tensor-parallel communication with GEMMs
-  (Megatron-Core's --tp-comm-overlap), torchtitan's per-op selective checkpointing, stream-K GEMM
-  kernels that soften wave quantization on Hopper (split-K is modelled), GEMM kernels below the best-shape efficiency that
+- Megatron-Core's --tp-comm-overlap is modelled as overlap (Layout.tp_comm_overlap, docs/design.md,
+  "Tensor-parallel communication overlap"): its GEMMs run in chunks beside ring-exchange, pipelined and bulk
+  collectives, each chunk priced at its own shape, so the wave quantization of small chunks is charged.
+- Not modelled, and visible in the misses: torchtitan's per-op selective checkpointing, stream-K GEMM
+  kernels that soften wave quantization on Hopper (split-K is modelled; the TE chunks above feel this most),
+  GEMM kernels below the best-shape efficiency that
   cuBLAS's heuristics pick for some shapes, and GPUs run at a power limit other than their profile's (the
   torchtitan H100s are 500 W parts with 2.4 TB/s HBM2e; the profile is the 700 W, 3.35 TB/s SXM part).
 - The 175B/530B interleaving factor of Korthikanti Table 5 is unverified; those rows are simulated with
@@ -446,8 +449,12 @@ _DEV_GROUPS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
      "the cleanest H100 rows (no unmodelled feature): what stays optimistic here is compute the model does "
      "not see (GEMM kernels below the best-shape efficiency for these shapes, launch gaps at micro-batch 1)"),
     ("Megatron-Core H100, tp > 1", lambda r: r.row.startswith("megatron-h100") and " tp" in r.layout,
-     "pessimistic: every tensor-parallel collective is exposed, while these runs overlap them with the GEMMs "
-     "(--tp-comm-overlap, deviation D1), which the simulator cannot express"),
+     "simulated with --tp-comm-overlap (Transformer Engine's chunked overlap, Layout.tp_comm_overlap), which "
+     "hides most of the tensor-parallel time; still pessimistic: the GEMM chunks (tokens / tp rows for the "
+     "ring exchange, tokens / 4 for the pipelined reduce-scatter) are priced by the single-tile (128 x 256) "
+     "wave model, which charges some chunk shapes up to ~1.8x their share of the whole GEMM (e.g. 512 x 9216 x "
+     "18432: 144 tiles on 132 SMs, two waves), and the ZeRO-1 gradient reduce-scatter and parameter all-gather "
+     "stay largely exposed at 4 micro-batches per data-parallel rank"),
     ("torchtitan H100", lambda r: r.row.startswith("titan-") and not r.row.startswith("titan-a100"),
      "optimistic: the measured H100s are 500 W parts with 2.4 TB/s HBM2e, slower than the 700 W, 3.35 TB/s "
      "profile (no sourced sustained clock at 500 W exists to build their profile), and per-op selective "

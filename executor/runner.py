@@ -99,6 +99,12 @@ def validate_or_raise(program: Program) -> None:
         raise ProgramError("executor: the program must carry its model and layout (use build_program)")
     optimizer_for(program.layout.optimizer)  # an optimizer the executor cannot run is refused before launch
     check_experts_supported(program.model, program.layout)
+    if program.layout.tp_comm_overlap:
+        raise LayoutError(
+            "executor: tp_comm_overlap = true (Transformer Engine's chunked tensor-parallel overlap) is not "
+            "implemented; the executor runs each tensor-parallel collective whole: build the program without "
+            "--tp-comm-overlap"
+        )
 
 
 def check_experts_supported(model: ModelSpec, layout: Layout) -> None:

@@ -67,9 +67,15 @@ def build_roles(ctx: LoweringContext) -> list[Role]:
         role = add_overlapped_grad_sync(ctx, role, pp_rank)
         role = add_zero2_grad_sync(ctx, role, pp_rank)
         role = add_expert_grad_sync(ctx, role, pp_rank)
-        role = add_tensor_parallel(ctx, role, pp_rank)
-        role = add_context_parallel(ctx, role, pp_rank)
-        role = add_expert_parallel(ctx, role, pp_rank)
+        if ctx.layout.tp_comm_overlap:
+            # The overlap splits compute ops into GEMM chunks: the passes that wrap whole compute ops go first.
+            role = add_context_parallel(ctx, role, pp_rank)
+            role = add_expert_parallel(ctx, role, pp_rank)
+            role = add_tensor_parallel(ctx, role, pp_rank)
+        else:
+            role = add_tensor_parallel(ctx, role, pp_rank)
+            role = add_context_parallel(ctx, role, pp_rank)
+            role = add_expert_parallel(ctx, role, pp_rank)
         roles.append(role)
     return add_pipeline_p2p(ctx, roles)
 
