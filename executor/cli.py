@@ -289,6 +289,8 @@ def _calibrate(args: argparse.Namespace) -> int:
           f"{len(measured.collectives)} collective and {len(measured.p2p)} send/recv measurements, "
           f"{len(measured.compute)} in-situ op rows, compute slowdown under communication "
           f"{spec.node.gpu.comm_compute_slowdown:.0%}")
+    if fit.generation_summary:
+        print(fit.generation_summary)
     if fit.drift_warning():
         print(f"simgrid-exec: {fit.drift_warning()}", file=sys.stderr)
     return 0
