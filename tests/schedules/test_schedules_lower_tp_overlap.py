@@ -13,14 +13,15 @@ from simgrid.layout.spec import Layout
 from simgrid.schedules import build_program
 from simgrid.schedules.lower.compute import add_recompute, compute_steps
 from simgrid.schedules.lower.tensor_parallel import add_tensor_parallel
-from simgrid.schedules.lower.tp_overlap import PIPELINE_SPLITS, _split
+from simgrid.schedules.lower.tp_overlap import PIPELINE_SPLITS, _split, add_overlapped_tensor_parallel
 
 SP = {"sequence_parallel": True}
 
 
 def _role(granularity: str = "block", overlap: bool = True, **layout: object) -> list[Op]:
     ctx = context(granularity, **SP, tp_comm_overlap=overlap, **layout)  # type: ignore[arg-type]
-    return flat(add_tensor_parallel(ctx, add_recompute(ctx, compute_steps(ctx, 0)), 0))
+    role = add_recompute(ctx, compute_steps(ctx, 0))
+    return flat((add_overlapped_tensor_parallel if overlap else add_tensor_parallel)(ctx, role, 0))
 
 
 def _between(ops: list[Op], kind: str, block: int, microbatch: int = 0) -> list[Op]:

@@ -38,6 +38,7 @@ reduce-scatter, with no weight-gradient GEMM beside it, stays exposed.
 from __future__ import annotations
 
 from simgrid.ir.ops import Collective, Compute, Op, Wait
+from simgrid.layout.mesh import Mesh
 from simgrid.model.blocks import block_kind
 from simgrid.model.cost import BlockCost
 from simgrid.model.gemms import Gemm
@@ -202,8 +203,12 @@ def overlapped_ops(ctx: LoweringContext, op: Compute, group: str) -> list[Op] | 
     return [o for segment in segments for o in segment]
 
 
-def add_overlapped_tensor_parallel(ctx: LoweringContext, role: Role, group: str) -> Role:
-    """Replace every compute op that overlaps by its overlapped ops; wrap the others as usual."""
+def add_overlapped_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
+    """The tensor-parallel pass with ``tp_comm_overlap``: every compute op that overlaps becomes its
+    overlapped ops; the others are wrapped as :func:`.tensor_parallel.add_tensor_parallel` wraps them."""
+    if ctx.layout.tp == 1:
+        return role
+    group = Mesh.tp_group_name(ctx.coord(pp_rank))
     for step in role:
         if step.action is None:
             continue
