@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from simgrid.errors import SimgridError
+from simgrid.gcpause import collector_paused
 from simgrid.ir import Collective, Compute, Op, Recv, Send, Transfer, Wait, format_op, stream_of
 
 if TYPE_CHECKING:
@@ -266,17 +267,8 @@ class Trace:
         if self._unrendered:
             # The engine stores the IR op itself in ``op`` and renders text only when someone reads it:
             # formatting a million ops costs seconds, and metrics and plots never need the text.
-            cache: dict[int, str] = {}
-            rendered = []
-            for row in self._rows:
-                op: Any = row.op
-                if type(op) is not str:
-                    text = cache.get(id(op))
-                    if text is None:
-                        text = cache[id(op)] = format_op(op)
-                    row = row._replace(op=text)
-                rendered.append(row)
-            self._list = rendered
+            with collector_paused():
+                self._list = _rendered(self._rows)
             self._unrendered = False
         return self._rows
 
@@ -437,6 +429,20 @@ class Trace:
         if path is not None:
             Path(path).write_text(json.dumps(out, separators=(",", ":")))
         return out
+
+
+def _rendered(rows: list[TraceRow]) -> list[TraceRow]:
+    cache: dict[int, str] = {}
+    out = []
+    for row in rows:
+        op: Any = row.op
+        if type(op) is not str:
+            text = cache.get(id(op))
+            if text is None:
+                text = cache[id(op)] = format_op(op)
+            row = row._replace(op=text)
+        out.append(row)
+    return out
 
 
 def _stream_sort_key(stream: str, fallback: int) -> int:

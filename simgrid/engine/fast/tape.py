@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from simgrid.engine.memory import MemoryEvent
+from simgrid.gcpause import collector_paused
 from simgrid.ir import Alloc, Collective, Compute, Free, Op, Recv, Send, Wait
 from simgrid.trace import TraceRow, p2p_match_id
 
@@ -31,6 +32,11 @@ _row: Any = tuple.__new__
 
 def rows_from_tape(tape: Sequence[Any]) -> list[TraceRow]:
     """The trace rows recorded on ``tape`` (see the module docstring), in order."""
+    with collector_paused():  # millions of new rows: the collector would rescan them again and again
+        return _rows(tape)
+
+
+def _rows(tape: Sequence[Any]) -> list[TraceRow]:
     out: list[TraceRow] = []
     put = out.append
     labels: dict[Any, str] = {}
