@@ -102,6 +102,14 @@ class DevRow:
     """Megatron sequence parallelism (or torchtitan's sequence-parallel norms) with tp > 1."""
     flash_attention: bool = True
     """Fused attention (FlashAttention / cuDNN / SDPA flash backend)."""
+    attention_kernel: str = "auto"
+    """Fused-attention kernel family the framework runs (``fa2``: PyTorch SDPA's flash backend, which
+    SDPA picks first on H100 — pytorch/pytorch issue 142132, Dec 2024 nightly: SDPA at 329 TFLOP/s where
+    cuDNN and FA3 reach 631; ``auto``: the GPU profile's default, cuDNN/FA3-class on H100 as Transformer
+    Engine runs it)."""
+    kernel_fusion: str = "fused"
+    """Element-wise kernels between the GEMMs (Layout.kernel_fusion): ``fused`` for Transformer Engine and
+    torch.compile, ``eager`` for PyTorch eager, ``eager-fused-norm`` for eager with torchtitan's fused RMSNorm."""
     precision: Precision = "bf16"
     """Compute precision (fp8 rows are excluded: the simulator has no fp8 compute path)."""
     metric: MetricKind
@@ -192,8 +200,8 @@ _TITAN_HW = ("hardware: the source's H100s are 96 GB HBM2e parts at 2.4 TB/s und
 _TITAN_SAC = ("recompute: torchtitan's per-op selective checkpointing (saves every other matmul output, "
               "recomputes the rest of the block; parallelize_llama.py _save_list) has no simulator setting; "
               "simulated without recompute, which omits the recomputed matmuls")
-_COMPILE = ("torch.compile fuses the memory-bound kernels between GEMMs; the simulator has no compile setting "
-            "and prices those kernels the same with or without it")
+_COMPILE = ("torch.compile: simulated as kernel_fusion 'fused' (its fused element-wise kernels are priced as "
+            "Transformer Engine's, not measured per kernel)")
 _TITAN_RECIPE = ("bf16 params, fp32 gradient reduce-scatter (torchtitan mixed_precision_reduce default); "
                  "SDPA flash attention; FSDP2 reshard after forward")
 
@@ -241,13 +249,16 @@ DEV_ROWS: tuple[DevRow, ...] = (
         DevRow(
             id=f"titan-8b-fsdp{gpus}{'-compile' if compiled else ''}", source=TITAN_2024_12, gpu="H100",
             cluster="dgx-h100-ndr", model="llama3-8b", seq_length=8192, dp=gpus, zero=3, zero_impl="fsdp2",
-            micro_batch=2, global_batch=2 * gpus, metric="tokens_per_s_per_gpu", published=tps,
+            micro_batch=2, global_batch=2 * gpus, attention_kernel="fa2",
+            kernel_fusion="fused" if compiled else "eager", metric="tokens_per_s_per_gpu", published=tps,
             published_text=f"{tps:,.0f} TPS/GPU", conversion="as published",
             recipe=f"Table {table}: FSDP{' + torch.compile' if compiled else ''}, local batch 2, global "
                    f"batch {2 * gpus}, selective (per-op) activation checkpointing; {_TITAN_RECIPE}; "
                    "throughput read at step 90",
             assumed=("sequence length 8192 (train_configs/llama3_8b.toml at 9dec370; the table does not "
-                     "state it)",),
+                     "state it)",
+                     "kernels: PyTorch eager without compile (norm_type 'rmsnorm' = the fp32 eager RMSNorm in that "
+                     "config), SDPA's flash backend (FA2) for attention",),
             deviations=(_TITAN_HW, _TITAN_SAC, *((_COMPILE,) if compiled else ())),
         )
         for table, gpus, compiled, tps in ((1, 8, False, 5762.0), (1, 8, True, 6667.0), (3, 128, False, 5605.0),
@@ -257,7 +268,7 @@ DEV_ROWS: tuple[DevRow, ...] = (
     DevRow(
         id="titan-70b-fsdp32-tp8", source=TITAN_ASYNC_TP, gpu="H100", cluster="dgx-h100-ndr",
         model="llama3-70b", seq_length=8192, dp=32, tp=8, zero=3, zero_impl="fsdp2", micro_batch=16,
-        global_batch=512, recompute="full", sequence_parallel=True, metric="tokens_per_s_per_gpu",
+        global_batch=512, recompute="full", sequence_parallel=True, attention_kernel="fa2", metric="tokens_per_s_per_gpu",
         published=597.3, published_text="597.3 tokens/sec (per GPU, as torchtitan logs TPS/GPU)",
         conversion="as published",
         recipe=f"Llama 3 70B on 256 H100, FSDP 32 x TP 8, torch.compile, full AC, local batch 16; {_TITAN_RECIPE}; "
@@ -269,7 +280,7 @@ DEV_ROWS: tuple[DevRow, ...] = (
     DevRow(
         id="titan-8b-fsdp8-tp8", source=TITAN_ASYNC_TP, gpu="H100", cluster="dgx-h100-ndr",
         model="llama3-8b", seq_length=8192, dp=8, tp=8, zero=3, zero_impl="fsdp2", micro_batch=12,
-        global_batch=96, sequence_parallel=True, metric="tokens_per_s_per_gpu", published=4378.0,
+        global_batch=96, sequence_parallel=True, attention_kernel="fa2", metric="tokens_per_s_per_gpu", published=4378.0,
         published_text="4378 tokens/sec (per GPU)", conversion="as published",
         recipe=f"Llama 3 8B on 64 H100, FSDP 8 x TP 8, torch.compile, per-op SAC, local batch 12; {_TITAN_RECIPE}; "
                "tensor parallel with sequence-parallel norms",
@@ -294,14 +305,17 @@ DEV_ROWS: tuple[DevRow, ...] = (
         DevRow(
             id=f"titan-a100-{size}-{tag}", source=TITAN_2024_04, gpu="A100", cluster="dgx-a100-hdr",
             model=f"llama2-{size}", seq_length=4096, dp=64, zero=3, zero_impl="fsdp2", micro_batch=batch,
-            global_batch=64 * batch, recompute="full" if tag == "full" else "none",
-            metric="tokens_per_s_per_gpu", published=wps, published_text=f"{wps:g} WPS (MFU {mfu})",
+            global_batch=64 * batch, recompute="full" if tag == "full" else "none", attention_kernel="fa2",
+            kernel_fusion="eager-fused-norm", metric="tokens_per_s_per_gpu", published=wps,
+            published_text=f"{wps:g} WPS (MFU {mfu})",
             conversion="as published (torchtitan's WPS = tokens per second per GPU)",
             recipe=f"Llama 2 {size.upper()} on 64 A100 80GB, FSDP2, local batch {batch}, activation checkpointing: "
                    f"{ac}; bf16 params, fp32 gradient reduce-scatter (parallelize_llama.py at 528cab9); "
                    "SDPA flash attention; no torch.compile (train config compile = false)",
             assumed=("cluster: DGX A100 nodes with 8x HDR 200 Gb/s (the document names only the GPU)",
-                     "sequence length 4096 and Llama 2 vocabulary (train configs at 528cab9)"),
+                     "sequence length 4096 and Llama 2 vocabulary (train configs at 528cab9)",
+                     "kernels: PyTorch eager with torchtitan's fused Triton RMSNorm (norm_type 'fused_rmsnorm', "
+                     "compile false in train_configs at 528cab9), SDPA's flash backend (FA2)"),
             deviations=(_TITAN_SAC,) if tag == "sacop" else (),
         )
         for size, tag, batch, ac, wps, mfu in (

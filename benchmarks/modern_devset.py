@@ -56,7 +56,8 @@ def dev_layout(row: DevRow) -> Layout:
     layout = Layout(dp=row.dp, tp=row.tp, pp=row.pp, cp=row.cp, vpp=row.vpp, zero=row.zero,
                     micro_batch_size=row.micro_batch, global_batch_size=row.global_batch, schedule=schedule,
                     recompute=row.recompute, sequence_parallel=row.sequence_parallel,
-                    flash_attention=row.flash_attention, precision=row.precision, **kwargs)
+                    flash_attention=row.flash_attention, attention_kernel=row.attention_kernel,  # type: ignore[arg-type]
+                    kernel_fusion=row.kernel_fusion, precision=row.precision, **kwargs)  # type: ignore[arg-type]
     check_layout(dev_model(row), layout)
     return layout
 

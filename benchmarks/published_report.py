@@ -6,7 +6,7 @@ import datetime
 import math
 import subprocess
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -291,14 +291,22 @@ def print_report(v: Validation, stream: Any = sys.stdout) -> None:
 
 # -- docs/validation.md ------------------------------------------------------------------------------------
 KNOWN_LIMITATIONS = """\
-- Compute cost is a roofline per sub-block with one matrix-multiply efficiency taken from the block's
-  largest GEMM (A100 ceiling 268 TFLOP/s, hardware.md, scaled by an H800 shape curve); fused-kernel
-  behaviour (masked softmax, dropout, layer norm) is approximated by bytes moved at the profile's HBM
-  efficiency. Neither was fitted to these tables.
+- Compute is priced kernel by kernel from first principles (docs/design.md, "Compute from first
+  principles"): every GEMM by its full shape (128 x 256 tiles on waves of the GPU's SMs, a main loop at the
+  sustained tensor rate, an unoverlapped epilogue, never faster than its operands' HBM traffic), the fused
+  attention core from the FlashAttention-2/3 papers' tables (H100/H200; A100 keeps a flat FA2 figure), the
+  element-wise kernels as bytes at the achievable HBM bandwidth with Megatron-LM's or PyTorch eager's
+  kernel split (`kernel_fusion`). Every constant cites a measurement in its profile's [sources]; none was
+  fitted to these tables.
+- Not modelled, and visible in the misses: overlap of tensor-parallel communication with GEMMs
+  (Megatron-Core's --tp-comm-overlap), torchtitan's per-op selective checkpointing, stream-K GEMM
+  kernels that soften wave quantization on Hopper (split-K is modelled), GEMM kernels below the best-shape efficiency that
+  cuBLAS's heuristics pick for some shapes, and GPUs run at a power limit other than their profile's (the
+  torchtitan H100s are 500 W parts with 2.4 TB/s HBM2e; the profile is the 700 W, 3.35 TB/s SXM part).
 - The 175B/530B interleaving factor of Korthikanti Table 5 is unverified; those rows are simulated with
   both factors and a verdict that depends on it is reported as undecided.
-- No calibration run on real A100 hardware stands behind these numbers: every constant of the A100
-  profile cites a public datasheet or measurement (see its [sources] table)."""
+- No calibration run on real GPUs stands behind these numbers: every constant cites a public datasheet or
+  measurement (see each profile's [sources] table)."""
 
 
 def half_peak_tflops_a100() -> float:
@@ -321,6 +329,7 @@ def cost_model_checks() -> list[str]:
     import dataclasses
 
     from simgrid.model import block_cost, block_kernels, get_model, local_q_heads
+    from simgrid.model.gemms import block_gemms
     from simgrid.schedules import build_program
 
     model = get_model("korthikanti-22b")
@@ -328,11 +337,12 @@ def cost_model_checks() -> list[str]:
     d = layout.param_bytes
     scores = local_q_heads(model, layout.tp) * layout.micro_batch_size * model.seq_length**2 * d
     charged = block_kernels(model, layout, 1).core_fwd_hbm_bytes / scores
-    state = "charged" if charged > 5.5 else "NOT charged"
-    lines = [f"- Attention core forward memory traffic is {charged:.1f} S (S = the s x s score matrix of a micro-batch "
-             "on one tensor-parallel rank): softmax 2S + dropout 2.5S = 4.5S, plus 2S when the core's batched "
-             "GEMMs (inner dimension = head size, below the A100 ridge point of 153 FLOP/byte) are charged for "
-             f"their s x s operand (and 4S in the backward): {state}."]
+    core_gemms = block_cost(model, layout, 1).recompute_gemms or block_gemms(model, layout, 1).core_fwd
+    lines = [f"- Attention core forward memory-bound traffic is {charged:.2f} S (S = the s x s score matrix of a "
+             "micro-batch on one tensor-parallel rank): softmax 2S + dropout 2.5S, plus the copy of the PV output "
+             "into [s, b, h]. The core's batched GEMMs are priced by their own shapes "
+             f"({', '.join(f'{m}x{n}x{k} x{c}' for m, n, k, c in core_gemms)}), the s x s operand in their "
+             "epilogue (QK^T writes S) or as their memory ceiling (PV reads P)."]
     selective = dataclasses.replace(layout, recompute="selective")
     program = build_program(model, selective, granularity="block")
     recompute_ops = [op for op in program.ranks[0] if isinstance(op, Compute) and op.kind == "R"]
@@ -364,9 +374,15 @@ def profile_constants() -> str:
     gpu, node = cluster.gpu, cluster.node
     rows = [
         ("GPU peak fp16/bf16", f"{gpu.peak_tflops['fp16']:g} TFLOP/s", gpu.sources.get("peak_tflops.fp16", "")),
-        ("GEMM ceiling", f"{gpu.matmul.max_efficiency:.3f} of peak", gpu.sources.get("matmul.max_efficiency", "")),
-        ("GEMM shape curve", "relative " + ", ".join(f"{r:g}" for r in gpu.matmul.relative) + " at min dim "
-         + ", ".join(str(d) for d in gpu.matmul.min_dim), gpu.sources.get("matmul.relative", "")),
+        ("GEMM main loop", f"{gpu.matmul.max_efficiency:.3f} of peak at the boost clock",
+         gpu.sources.get("matmul.max_efficiency", "")),
+        ("sustained clock", f"{gpu.sustained_clock_fraction:.3f} of the burst rate in long GEMM-heavy phases",
+         gpu.sources.get("sustained_clock_fraction", "")),
+        ("GEMM tiles and waves", f"{gpu.matmul.tile_m} x {gpu.matmul.tile_n} tiles on {gpu.sm_count} SMs",
+         gpu.sources.get("matmul.tile_m", "") + "; " + gpu.sources.get("sm_count", "")),
+        ("fused attention", f"{gpu.attention_efficiency:.3f} of peak (flat; no table for this GPU)"
+         if not gpu.fused_attention else "FlashAttention tables", gpu.sources.get("fused_attention_efficiency", "")
+         or gpu.sources.get("fused_attention", "")),
         ("HBM", f"{gpu.hbm_bandwidth_GBps:g} GB/s x {gpu.hbm_efficiency:g}", gpu.sources.get("hbm_efficiency", "")),
         ("kernel overhead", f"{gpu.kernel_overhead_us:g} us", gpu.sources.get("kernel_overhead_us", "")),
         ("NVLink (per direction)", f"{node.intra_link.bandwidth_GBps:g} GB/s x {node.intra_link.efficiency:g}, "
@@ -412,6 +428,7 @@ def discussion(v: Validation) -> list[str]:
             lines.append(f"- ZeRO {c.params:.3g} params, N_d = {c.dp}, stage {c.stage}: computed "
                          f"{c.predicted_gb:.4g} GB, printed {c.published}.")
     lines += _speed_bias(v)
+    lines += _dev_discussion(v)
     if v.layers:
         fwd = [rel_error(t.predicted_fwd_ms, t.published_fwd_ms) for t in v.layers]
         bwd = [rel_error(t.predicted_bwd_ms, t.published_bwd_ms) for t in v.layers]
@@ -419,10 +436,52 @@ def discussion(v: Validation) -> list[str]:
             f"- Korthikanti Table 4 (22B layer): forward cells {sum(fwd) / len(fwd):+.1%} on average, backward "
             f"{sum(bwd) / len(bwd):+.1%}. Every simulated tensor-parallel all-reduce is exposed, whereas "
             "Megatron-LM of 2022 can hide the backward's input-gradient all-reduce behind the weight-gradient "
-            "GEMM (--async-tensor-model-parallel-allreduce); a matching backward therefore suggests, like the "
-            "short forward, that simulated compute is a few percent too fast. The GEMM ceiling in the profile "
-            "(268 TFLOP/s, a best-shape measurement) is the first constant to re-measure on real A100s.")
+            "GEMM (--async-tensor-model-parallel-allreduce), so a simulated backward a few percent slow is "
+            "what that overlap alone would explain.")
     return lines or ["- Every row is within its target."]
+
+
+_DEV_GROUPS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("Megatron-Core H100, tp 1", lambda r: r.row.startswith("megatron-h100") and " tp" not in r.layout,
+     "the cleanest H100 rows (no unmodelled feature): what stays optimistic here is compute the model does "
+     "not see (GEMM kernels below the best-shape efficiency for these shapes, launch gaps at micro-batch 1)"),
+    ("Megatron-Core H100, tp > 1", lambda r: r.row.startswith("megatron-h100") and " tp" in r.layout,
+     "pessimistic: every tensor-parallel collective is exposed, while these runs overlap them with the GEMMs "
+     "(--tp-comm-overlap, deviation D1), which the simulator cannot express"),
+    ("torchtitan H100", lambda r: r.row.startswith("titan-") and not r.row.startswith("titan-a100"),
+     "optimistic: the measured H100s are 500 W parts with 2.4 TB/s HBM2e, slower than the 700 W, 3.35 TB/s "
+     "profile (no sourced sustained clock at 500 W exists to build their profile), and per-op selective "
+     "checkpointing, which recomputes part of each block, is simulated as no recompute; the FA2 kernel and "
+     "eager element-wise kernels are priced"),
+    ("torchtitan A100", lambda r: r.row.startswith("titan-a100"),
+     "optimistic; the selective-op rows also omit their recompute"),
+    ("NeMo AutoModel H100", lambda r: r.row.startswith("automodel"),
+     "FSDP2 with context parallelism, Transformer Engine kernels and full checkpointing"),
+)
+
+
+def _dev_discussion(v: Validation) -> list[str]:
+    """Mean signed error of each family of modern rows, with what the simulator does not model for it."""
+    lines = []
+    for label, member, why in _DEV_GROUPS:
+        errors = [r.error for r in v.modern if member(r) and r.error is not None]
+        if errors:
+            rows = f"{len(errors)} row{'s' if len(errors) > 1 else ''}"
+            lines.append(f"- {label} ({rows}): mean error {sum(errors) / len(errors):+.1%}, range "
+                         f"{min(errors):+.1%} .. {max(errors):+.1%}; {why}.")
+    by_id = {r.row: r for r in v.modern}
+    for eager_id in ("titan-8b-fsdp8", "titan-8b-fsdp128"):
+        eager, fused = by_id.get(eager_id), by_id.get(eager_id + "-compile")
+        if eager and fused and eager.predicted and fused.predicted:
+            lines.append(f"- torch.compile against eager ({eager_id}): published speed-up "
+                         f"{fused.published / eager.published - 1:+.1%}, predicted {fused.predicted / eager.predicted - 1:+.1%} "
+                         "(kernel_fusion 'fused' against 'eager': the element-wise bytes torchtitan's eager Llama "
+                         "code moves, fp32 RMSNorm chain, complex rotary, SiLU then multiply).")
+    if lines:
+        lines.append("- No constant was fitted to any of these rows and no row has a factor of its own; every "
+                     "figure above is a miss or a hit of the physics as it stands, and the issue's targets (every "
+                     "dev row within 10 %, MAE <= 5 %, mean signed within +-2 %) are not met.")
+    return lines
 
 
 def speed_error(r: RowResult) -> float:

@@ -34,6 +34,7 @@ from executor.commbench import (
     trimmed_mean_s,
 )
 from executor.costmodel import LOOP_KEY, compute_key, host_keys, mean_rows
+from executor.gencal import calibrate_generation
 from executor.handlers import sync
 from executor.hostprobe import (
     HOST_DRIFT_WARNING,
@@ -268,8 +269,12 @@ def calibration_layouts(world_size: int) -> list[Layout]:
 
 
 def calibrate(model: ModelSpec, *, world_size: int = 2, out: str | Path | None = None,
-              name: str = "localhost-gloo") -> tuple[ClusterSpec, ComputeFit]:
-    """Measure this machine and return (and optionally write) its cluster profile."""
+              name: str = "localhost-gloo", generation: bool = True) -> tuple[ClusterSpec, ComputeFit]:
+    """Measure this machine and return (and optionally write) its cluster profile.
+
+    With ``generation`` (the default) real greedy generation is timed too (:mod:`executor.gencal`), so the
+    profile prices serving iterations (:mod:`simgrid.serving.insitu`); its summary is the fit's
+    ``generation_summary``."""
     programs = calibration_programs(model, calibration_layouts(world_size))
     own = program_message_sizes(programs)
     by_kind = {kind: tuple(sorted(set(COLLECTIVE_SIZES_BYTES) | set(own.get(kind, ()))))
@@ -287,6 +292,12 @@ def calibrate(model: ModelSpec, *, world_size: int = 2, out: str | Path | None =
     comm = {**comm, "collectives": merge_insitu_collectives(comm["collectives"], samples)}
     rows = table_rows([sample for sample in samples if not sample[0].startswith(INSITU_COMM_PREFIX)])
     spec = build_profile(name=name, world_size=world_size, comm=comm, fit=fit, compute_rows=rows, slowdown=slowdown)
+    if generation:
+        # Priced on the profile calibrated so far: the in-situ rows are what its rates leave unexplained.
+        gen = calibrate_generation(model, spec, world_size=world_size)
+        fit = dataclasses.replace(fit, generation_summary=gen.summary())
+        spec = build_profile(name=name, world_size=world_size, comm=comm, fit=fit, compute_rows=[*rows, *gen.rows],
+                             slowdown=slowdown)
     if out is not None:
         write_profile(spec, out)
     return spec, fit

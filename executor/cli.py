@@ -8,7 +8,9 @@ Commands::
     simgrid-exec validate (layout flags) [--profile P] [--steps K] [--trace-dir D] [--json]
 
 Under ``torchrun`` (``RANK`` and ``WORLD_SIZE`` set), ``run`` executes this process's rank only and rank 0
-prints the summary. Errors a user can cause print one line and exit with status 2.
+prints the summary. Errors a user can cause print one line and exit with status 2, before any rank is
+started where the input allows (bad flags, program files, unsupported optimizers, output paths). A failing
+rank is one line naming the rank, its op and the cause; ``SIMGRID_EXEC_DEBUG=1`` adds that rank's traceback.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ DEFAULT_PROFILE = "localhost-gloo.toml"
 
 def _parser() -> argparse.ArgumentParser:
     from simgrid import __version__
-    from simgrid.cli.common import Parser, add_model_layout_args, add_pipeline_csv_arg, positive_int
+    from simgrid.cli.common import Parser, add_model_layout_args, add_pipeline_csv_arg, positive_int, positive_number
 
     raw = argparse.RawDescriptionHelpFormatter
     parser = Parser(prog="simgrid-exec", description=__doc__.split("\n")[0],
@@ -57,7 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=positive_int, default=1, help="optimizer steps (default 1; the first is warm-up)")
     run.add_argument("--seed", type=int, default=0, help="seed of weights and data (default 0)")
     run.add_argument("--trace", help="write the measured trace (Chrome/Perfetto JSON) here")
-    run.add_argument("--timeout", type=float, default=300.0, help="overall deadline in seconds (default 300)")
+    run.add_argument("--timeout", type=positive_number, default=300.0,
+                     help="overall deadline in seconds, finite and > 0 (default 300)")
     run.add_argument("--json", action="store_true", help="print a JSON summary")
     sub.add_parser(
         "doctor", help="check backends, GPUs and the rendezvous address/port, and say what to fix",
@@ -116,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
             return _calibrate(args)
         return _validate(args)
     except SimgridError as exc:
-        # The first line says what failed (rank, op); a failing rank's traceback follows for debugging.
-        print(f"simgrid-exec: error: {exc}", file=sys.stderr)
+        # The first line says what failed (rank, op); a failing rank's traceback only when debugging.
+        lines = str(exc).splitlines() or [type(exc).__name__]
+        detail = "\n".join(lines[1:]) if os.environ.get("SIMGRID_EXEC_DEBUG") == "1" else ""
+        print(f"simgrid-exec: error: {lines[0]}" + (f"\n{detail}" if detail else ""), file=sys.stderr)
         return 2
 
 
@@ -136,9 +141,12 @@ def _run(args: argparse.Namespace) -> int:
     from executor.runner import run_program, validate_or_raise
     from executor.validate import fp32
     from simgrid.cli.common import pipeline_order_from_args
+    from simgrid.io import atomic_output, check_output_path
     from simgrid.ir.jsonio import load_program
     from simgrid.schedules import build_program
 
+    if args.trace is not None:
+        check_output_path(args.trace, flag="--trace")
     if args.program:
         if args.pipeline_csv:
             raise SimgridError(f"--program {args.program} carries its own order; drop --pipeline-csv")
@@ -157,7 +165,8 @@ def _run(args: argparse.Namespace) -> int:
     config = LaunchConfig(world_size=world, run_timeout_s=args.timeout, backend=default_backend(world))
     result = run_program(program, steps=args.steps, seed=args.seed, config=config, collect_weights=False)
     if args.trace:
-        result.trace.to_chrome_trace(args.trace)
+        with atomic_output(args.trace, flag="--trace") as temp:
+            result.trace.to_chrome_trace(temp)
     warmup = 1 if args.steps > 1 else 0  # measured_step_s leaves the first step out when there are others
     summary = {"world_size": world, "steps": args.steps, "losses": result.losses,
                "step_times_s": result.step_times_s, "warmup_steps": warmup, "measured_step_s": result.measured_step_s}
@@ -265,7 +274,10 @@ def _doctor() -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from executor.calibrate import calibrate
     from executor.devices import cuda_available
+    from simgrid.io import check_output_path
 
+    if Path(args.out).parent.exists():  # calibrate creates missing folders; an unusable path fails now
+        check_output_path(args.out, flag="--out")
     if args.device == "cuda" or (args.device == "auto" and cuda_available()):
         return _calibrate_device(args)
     model, _ = _model_layout(args)
@@ -277,6 +289,8 @@ def _calibrate(args: argparse.Namespace) -> int:
           f"{len(measured.collectives)} collective and {len(measured.p2p)} send/recv measurements, "
           f"{len(measured.compute)} in-situ op rows, compute slowdown under communication "
           f"{spec.node.gpu.comm_compute_slowdown:.0%}")
+    if fit.generation_summary:
+        print(fit.generation_summary)
     if fit.drift_warning():
         print(f"simgrid-exec: {fit.drift_warning()}", file=sys.stderr)
     return 0
@@ -317,17 +331,26 @@ def _calibrate_device(args: argparse.Namespace) -> int:
 
 def _validate(args: argparse.Namespace) -> int:
     from executor.validate import format_report, validate_layout
+    from simgrid.hardware import load_cluster_spec
+    from simgrid.io import atomic_output, check_output_paths
 
     if not Path(args.profile).exists():
         raise SimgridError(f"profile {args.profile!r} does not exist; run `simgrid-exec calibrate --out "
                            f"{args.profile}` first")
+    load_cluster_spec(args.profile)  # a broken profile fails before any rank starts
+    out = Path(args.trace_dir) if args.trace_dir else None
+    if out is not None:
+        if not out.is_dir():
+            check_output_paths([("--trace-dir", out)])
+            out.mkdir()
+        check_output_paths([("--trace-dir", out / "predicted.json"), ("--trace-dir", out / "measured.json")])
     model, layout = _model_layout(args)
     report = validate_layout(model, layout, profile=args.profile, steps=args.steps)
-    if args.trace_dir:
-        out = Path(args.trace_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        report.predicted.to_chrome_trace(out / "predicted.json")
-        report.measured.to_chrome_trace(out / "measured.json")
+    if out is not None:
+        with atomic_output(out / "predicted.json", flag="--trace-dir") as predicted, \
+                atomic_output(out / "measured.json", flag="--trace-dir") as measured:
+            report.predicted.to_chrome_trace(predicted)
+            report.measured.to_chrome_trace(measured)
     if args.json:
         print(json.dumps(report.to_json_dict()))
     else:

@@ -125,9 +125,18 @@ def calibrated_gpu(base: GPUSpec, fit: DeviceFit, bench: DeviceBench, *, memory_
                                                  "at the calibration models' shapes, cost-model FLOP convention")
     if memory_GiB is not None:
         sources["memory_GiB"] = f"{where}: torch.cuda.get_device_properties().total_memory"
+    # The fitted max_efficiency is the measured sustained rate, so the datasheet's sustained-clock fraction
+    # must not apply again; a measured attention figure replaces the published FlashAttention tables.
+    sources["sustained_clock_fraction"] = f"{where}: 1.0, the measured max_efficiency is already the sustained rate"
+    measured_attention = fit.fused_attention_efficiency is not None
+    if measured_attention:
+        sources.pop("fused_attention", None)
     return dataclasses.replace(
         base, name=f"{base.name}-calibrated", description=f"{base.description}, efficiencies {where}",
         matmul=fit.matmul, hbm_efficiency=fit.hbm_efficiency, kernel_overhead_us=fit.kernel_overhead_us,
+        sustained_clock_fraction=1.0,
+        fused_attention={} if measured_attention else base.fused_attention,
+        attention_kernel=None if measured_attention else base.attention_kernel,
         fused_attention_efficiency=(fit.fused_attention_efficiency if fit.fused_attention_efficiency is not None
                                     else base.fused_attention_efficiency),
         memory_GiB=memory_GiB if memory_GiB is not None else base.memory_GiB, sources=sources)

@@ -22,6 +22,7 @@ of new tokens, the shards and the stage hand-offs are all compared against code 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,35 @@ from simgrid.model.spec import ModelSpec
 TOKEN_DTYPE = torch.int64
 
 
+@dataclass(frozen=True, kw_only=True)
+class CommCall:
+    """One communication call of a rank during generation, stamped with ``time.perf_counter`` (on Linux the
+    system-wide monotonic clock, so stamps of ranks on one host compare)."""
+
+    step: int
+    """Generation step (0 = the prefill)."""
+    kind: str
+    """``all_reduce`` or ``all_gather`` (tensor parallel), ``send`` or ``recv`` (pipeline hand-offs)."""
+    bytes: int
+    """Bytes of this rank's tensor (the whole tensor for an all-reduce; one rank's slice for an all-gather)."""
+    start_s: float
+    """When the call was made."""
+    end_s: float
+    """When it returned (synchronous calls: the data is delivered)."""
+
+
+@dataclass(kw_only=True)
+class RankTimeline:
+    """What one rank did in each step, for calibration (:mod:`executor.gencal`)."""
+
+    rank: int
+    """Global rank (``t + tp * stage``)."""
+    steps: list[tuple[float, float]] = field(default_factory=list)
+    """(start, end) stamps of each step."""
+    calls: list[CommCall] = field(default_factory=list)
+    """Every communication call, in order."""
+
+
 @dataclass(kw_only=True)
 class GenerationResult:
     """Tokens and timings of one generation."""
@@ -58,6 +88,8 @@ class GenerationResult:
     """Generated token ids per sequence (prompt excluded)."""
     step_s: list[float]
     """Wall time of each step at rank 0 (step 0 is the prefill: its time is the time to first token)."""
+    timelines: list[RankTimeline] = field(default_factory=list)
+    """Every rank's step and communication stamps, rank order (only with ``generate(..., record=True)``)."""
 
     @property
     def ttft_s(self) -> float:
@@ -87,23 +119,45 @@ class _Inputs:
 
 @dataclass
 class _Comm:
-    """The tensor-parallel group of this rank (identity on one rank)."""
+    """The tensor-parallel group of this rank (identity on one rank); stamps its calls into ``timeline``."""
 
     size: int = 1
     group: Any = None
+    timeline: RankTimeline | None = None
+    step: int = 0
+
+    def stamp(self, kind: str, t: torch.Tensor, start_s: float) -> None:
+        if self.timeline is not None:
+            self.timeline.calls.append(CommCall(step=self.step, kind=kind, bytes=t.numel() * t.element_size(),
+                                                start_s=start_s, end_s=time.perf_counter()))
 
     def all_reduce(self, t: torch.Tensor) -> torch.Tensor:
         if self.size > 1:
+            start = time.perf_counter()
             dist.all_reduce(t, group=self.group)
+            self.stamp("all_reduce", t, start)
         return t
 
     def all_gather_last(self, t: torch.Tensor) -> torch.Tensor:
         """Concatenate every rank's ``t`` along its last dimension, in rank order."""
         if self.size == 1:
             return t
+        start = time.perf_counter()
         parts = [torch.empty_like(t) for _ in range(self.size)]
         dist.all_gather(parts, t.contiguous(), group=self.group)
+        self.stamp("all_gather", t, start)
         return torch.cat(parts, dim=-1)
+
+    def send(self, t: torch.Tensor, dst: int) -> None:
+        start = time.perf_counter()
+        dist.send(t, dst=dst)
+        self.stamp("send", t, start)
+
+    def recv(self, t: torch.Tensor, src: int) -> torch.Tensor:
+        start = time.perf_counter()
+        dist.recv(t, src=src)
+        self.stamp("recv", t, start)
+        return t
 
 
 @dataclass
@@ -226,14 +280,19 @@ def generate_local(spec: ModelSpec, prompt: torch.Tensor, new_tokens: int, *, se
     return _loop(prompt, new_tokens, lambda x, offset: runner.step(x, offset))
 
 
-def _loop(prompt: torch.Tensor, new_tokens: int, step: Any) -> GenerationResult:
-    """Prefill the prompt, then feed back each sampled token; time every step."""
+def _loop(prompt: torch.Tensor, new_tokens: int, step: Any, comm: _Comm | None = None) -> GenerationResult:
+    """Prefill the prompt, then feed back each sampled token; time every step (and stamp ``comm``'s timeline)."""
     x = prompt.t().contiguous().to(TOKEN_DTYPE)  # [s, b], Megatron's layout
     offset, out, times = 0, [], []
-    for _ in range(new_tokens):
+    for i in range(new_tokens):
+        if comm is not None:
+            comm.step = i
         start = time.perf_counter()
         nxt = step(x, offset)
-        times.append(time.perf_counter() - start)
+        end = time.perf_counter()
+        times.append(end - start)
+        if comm is not None and comm.timeline is not None:
+            comm.timeline.steps.append((start, end))
         out.append(nxt)
         offset += x.shape[0]
         x = nxt.view(1, -1)
@@ -267,50 +326,80 @@ def stage_groups(tp: int, pp: int) -> dict[str, tuple[int, ...]]:
     return groups
 
 
-def _worker(ctx: RankContext, payload: dict[str, Any]) -> GenerationResult | None:
+def _worker(ctx: RankContext, payload: dict[str, Any]) -> list[GenerationResult | RankTimeline | None]:
+    """Run each ``(prompt, new_tokens)`` of the payload in turn (a fresh cache each; weights built once).
+
+    Per run: rank 0 returns its :class:`GenerationResult` (with its own timeline when recording), the other
+    ranks their :class:`RankTimeline` when recording, else ``None``.
+    """
     spec: ModelSpec = payload["spec"]
-    tp, pp = payload["tp"], payload["pp"]
+    tp, pp, record = payload["tp"], payload["pp"], payload.get("record", False)
     stage, t = divmod(ctx.rank, tp)
     layout = Layout(tp=tp, pp=pp, flash_attention=True, precision="fp32")
     modules = build_blocks(spec, list(stage_blocks(spec, layout, stage)), init_weights(spec, payload["seed"]),
                            TPContext(size=tp, rank=t), flash_attention=True)
-    runner = StageRunner(spec, modules, _Comm(tp, ctx.groups.get(f"tp/s{stage}")))
-    prompt: torch.Tensor = payload["prompt"]
-    batch, hidden = prompt.shape[0], spec.hidden_size
     next_rank, first_rank = ctx.rank + tp, t
+    out: list[GenerationResult | RankTimeline | None] = []
+    for prompt, new_tokens in payload["runs"]:
+        comm = _Comm(tp, ctx.groups.get(f"tp/s{stage}"), RankTimeline(rank=ctx.rank) if record else None)
+        runner = StageRunner(spec, modules, comm)
+        batch, hidden = prompt.shape[0], spec.hidden_size
 
-    def step(x: torch.Tensor, offset: int) -> torch.Tensor:
-        ctx.report_op(f"generate stage {stage} offset {offset}")
-        if stage > 0:  # receive the previous stage's hidden states
-            x = torch.empty(x.shape[0], batch, hidden)
-            dist.recv(x, src=ctx.rank - tp)
-        y = runner.step(x, offset)
-        if stage < pp - 1:
-            dist.send(y.contiguous(), dst=next_rank)
-            tokens = torch.empty(batch, dtype=TOKEN_DTYPE)
-            if stage == 0:
-                dist.recv(tokens, src=(pp - 1) * tp + t)
-            return tokens
-        if pp > 1:
-            dist.send(y.contiguous(), dst=first_rank)
-        return y
+        def step(x: torch.Tensor, offset: int, runner: StageRunner = runner, comm: _Comm = comm,
+                 batch: int = batch, hidden: int = hidden) -> torch.Tensor:
+            ctx.report_op(f"generate stage {stage} offset {offset}")
+            if stage > 0:  # receive the previous stage's hidden states
+                x = comm.recv(torch.empty(x.shape[0], batch, hidden), src=ctx.rank - tp)
+            y = runner.step(x, offset)
+            if stage < pp - 1:
+                comm.send(y.contiguous(), dst=next_rank)
+                tokens = torch.empty(batch, dtype=TOKEN_DTYPE)
+                if stage == 0:
+                    comm.recv(tokens, src=(pp - 1) * tp + t)
+                return tokens
+            if pp > 1:
+                comm.send(y.contiguous(), dst=first_rank)
+            return y
 
-    dist.barrier()
-    result = _loop(prompt, payload["new_tokens"], step)
-    return result if ctx.rank == 0 else None
+        dist.barrier()
+        result = _loop(prompt, new_tokens, step, comm)
+        if ctx.rank == 0:
+            result.timelines = [comm.timeline] if comm.timeline is not None else []
+            out.append(result)
+        else:
+            out.append(comm.timeline)
+    return out
 
 
-def generate(spec: ModelSpec, prompt: torch.Tensor, new_tokens: int, *, tp: int = 1, pp: int = 1, seed: int = 0,
-             config: LaunchConfig | None = None) -> GenerationResult:
-    """Greedy generation on ``tp * pp`` spawned ranks (gloo); tokens and rank 0's step times.
+def generate_runs(spec: ModelSpec, runs: Sequence[tuple[torch.Tensor, int]], *, tp: int = 1, pp: int = 1,
+                  seed: int = 0, record: bool = False, config: LaunchConfig | None = None) -> list[GenerationResult]:
+    """Greedy generation of each ``(prompt, new_tokens)`` of ``runs`` in turn on one world of ``tp * pp``
+    spawned ranks (gloo); tokens and rank 0's step times per run, and with ``record`` every rank's
+    :class:`RankTimeline` (``result.timelines``, rank order).
 
     Stages other than the first receive placeholders of the right sequence length from :func:`_loop`, so
     every rank walks the same steps; only stage 0's token ids (received from the last stage) are real.
     """
-    _check(spec, prompt, new_tokens, tp, pp)
-    payload = {"spec": spec, "prompt": prompt, "new_tokens": new_tokens, "tp": tp, "pp": pp, "seed": seed}
+    if not runs:
+        raise LayoutError("generation needs at least one (prompt, new_tokens) run")
+    for prompt, new_tokens in runs:
+        _check(spec, prompt, new_tokens, tp, pp)
+    payload = {"spec": spec, "runs": list(runs), "tp": tp, "pp": pp, "seed": seed, "record": record}
     cfg = config or LaunchConfig(world_size=tp * pp, run_timeout_s=300)
-    results = spawn_world(_worker, payload, cfg, groups=stage_groups(tp, pp))
-    out = results[0]
-    assert isinstance(out, GenerationResult)
-    return out
+    per_rank = spawn_world(_worker, payload, cfg, groups=stage_groups(tp, pp))
+    results = []
+    for i in range(len(runs)):
+        first = per_rank[0][i]
+        assert isinstance(first, GenerationResult)
+        if record:
+            others = [rank_out[i] for rank_out in per_rank[1:]]
+            first.timelines += [timeline for timeline in others if isinstance(timeline, RankTimeline)]
+        results.append(first)
+    return results
+
+
+def generate(spec: ModelSpec, prompt: torch.Tensor, new_tokens: int, *, tp: int = 1, pp: int = 1, seed: int = 0,
+             record: bool = False, config: LaunchConfig | None = None) -> GenerationResult:
+    """Greedy generation on ``tp * pp`` spawned ranks (gloo); tokens and rank 0's step times
+    (:func:`generate_runs` with one run)."""
+    return generate_runs(spec, [(prompt, new_tokens)], tp=tp, pp=pp, seed=seed, record=record, config=config)[0]

@@ -10,7 +10,11 @@ group table, in sorted-name order on every rank (``new_group`` is collective ove
 Failure handling: each rank publishes the text of the op it is running in a shared buffer. A rank that
 raises reports the op and the error; a rank that dies without reporting is found by its exit code; the
 parent then terminates the others and raises :class:`ExecutionError` naming the rank and the op. An
-overall deadline bounds the whole run.
+overall deadline bounds the whole run. Each spawned rank also watches its parent (a thread polling the
+parent pid every :data:`PARENT_POLL_S`): if the launching process is killed, the ranks print one line and
+exit instead of living on as orphans. Under torchrun-style launches the rendezvous is bounded by
+:data:`RENDEZVOUS_TIMEOUT_S`: a port already taken fails rank 0 at once, and the other ranks give up with
+one line instead of waiting for a rank 0 that never comes.
 """
 
 from __future__ import annotations
@@ -18,9 +22,10 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -33,6 +38,12 @@ from simgrid.errors import SimgridError
 
 OP_TEXT_BYTES = 240
 """Bytes of the shared buffer each rank writes its current op text into."""
+PARENT_POLL_S = 0.5
+"""How often a spawned rank checks that its launching process is still alive."""
+PARENT_GONE_EXIT = 3
+"""Exit status of a rank whose launching process died."""
+RENDEZVOUS_TIMEOUT_S = 30.0
+"""Longest wait for the torchrun-style rendezvous (rank 0's store at MASTER_ADDR:MASTER_PORT)."""
 
 
 class ExecutionError(SimgridError):
@@ -113,13 +124,15 @@ def default_threads(world_size: int) -> int:
 
 
 def init_rank(rank: int, world_size: int, groups: Mapping[str, Sequence[int]], *, backend: str,
-              init_method: str | None, timeout_s: float) -> RankContext:
+              init_method: str | None, timeout_s: float, store: Any = None) -> RankContext:
     """Initialise torch.distributed for this rank and create every named group (same order on all ranks)."""
     if backend == "nccl" and not torch.cuda.is_available():
         raise ExecutionError("backend 'nccl' needs CUDA GPUs; none is available here: use --backend gloo")
     kwargs: dict[str, Any] = {"backend": backend, "rank": rank, "world_size": world_size,
                               "timeout": timedelta(seconds=timeout_s)}
-    if init_method is not None:
+    if store is not None:
+        kwargs["store"] = store
+    elif init_method is not None:
         kwargs["init_method"] = init_method
     dist.init_process_group(**kwargs)
     device = torch.device("cpu")
@@ -139,8 +152,37 @@ def init_rank(rank: int, world_size: int, groups: Mapping[str, Sequence[int]], *
     return ctx
 
 
+def watch_parent(rank: int, parent_pid: int, interval_s: float = PARENT_POLL_S) -> threading.Thread:
+    """Exit this rank (one line on stderr, status :data:`PARENT_GONE_EXIT`) once ``parent_pid`` is gone.
+
+    A thread, not a signal handler: it runs while the main thread waits inside gloo (which releases the
+    GIL), and ``os._exit`` ends the process even then. The parent's death is seen as a changed parent pid
+    (the orphan is re-parented), so no signal from the dying parent is needed.
+    """
+    def watch() -> None:
+        while True:
+            time.sleep(interval_s)
+            _exit_if_orphaned(rank, parent_pid)
+
+    thread = threading.Thread(target=watch, name=f"rank{rank}-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+def _exit_if_orphaned(rank: int, parent_pid: int) -> None:
+    """Print the rank's one line and exit if its launcher is gone (it was re-parented)."""
+    if os.getppid() != parent_pid:
+        message = (f"simgrid-exec: error: rank {rank}: the launching process (pid {parent_pid}) died; "
+                   "this rank stops\n")
+        with contextlib.suppress(OSError):
+            os.write(2, message.encode())
+        os._exit(PARENT_GONE_EXIT)
+
+
 def _child(rank: int, config: LaunchConfig, port: int, groups: Mapping[str, Sequence[int]], worker: Worker,
-           payload: Any, results: Any, op_buffer: Any) -> None:
+           payload: Any, results: Any, op_buffer: Any, parent_pid: int | None = None) -> None:
+    if parent_pid is not None:
+        watch_parent(rank, parent_pid)
     torch.set_num_threads(config.threads_per_rank or default_threads(config.world_size))
     ctx: RankContext | None = None
     try:
@@ -150,6 +192,10 @@ def _child(rank: int, config: LaunchConfig, port: int, groups: Mapping[str, Sequ
         result = worker(ctx, payload)
         results.put(("ok", rank, result))
     except BaseException as exc:  # report everything, including KeyboardInterrupt, to the parent
+        if parent_pid is not None:
+            # A peer that saw the dead launcher first exits, and this rank's collective then fails: the
+            # cause to report is the launcher, not the broken connection (and nobody reads the queue).
+            _exit_if_orphaned(rank, parent_pid)
         text = _op_text(op_buffer, rank)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         results.put(("error", rank, text, detail, traceback.format_exc(limit=8)))
@@ -180,7 +226,8 @@ def spawn_world(worker: Worker, payload: Any, config: LaunchConfig,
     mpctx = mp.get_context("spawn")
     results = mpctx.Queue()
     op_buffer = mpctx.Array("c", OP_TEXT_BYTES * config.world_size, lock=False)
-    procs = [mpctx.Process(target=_child, args=(r, config, port, group_table, worker, payload, results, op_buffer),
+    procs = [mpctx.Process(target=_child, args=(r, config, port, group_table, worker, payload, results, op_buffer,
+                                                os.getpid()),
                            daemon=True, name=f"simgrid-exec-rank{r}") for r in range(config.world_size)]
     for p in procs:
         p.start()
@@ -267,15 +314,86 @@ def _stop(procs: list[Any], grace_s: float) -> None:
 
 def run_under_torchrun(worker: Worker, payload: Any, groups: Mapping[str, Sequence[int]], *,
                        backend: str = "gloo", timeout_s: float = 60.0) -> Any:
-    """Run this process as the rank torchrun describes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR/PORT``)."""
-    try:
-        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    except (KeyError, ValueError) as exc:
-        raise ExecutionError(f"not under torchrun: environment variable {exc} missing or invalid") from None
+    """Run this process as the rank torchrun describes (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR/PORT``).
+
+    The rendezvous store is made here with at most :data:`RENDEZVOUS_TIMEOUT_S` (or ``timeout_s`` if less)
+    to connect, so a taken port or a missing rank 0 is one line naming the rank and the cause, not a
+    traceback on one rank and a silent wait on the others.
+    """
+    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    if not 0 <= rank < world:
+        raise ExecutionError(f"RANK = {rank} must be in [0, WORLD_SIZE = {world})")
     local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     torch.set_num_threads(default_threads(local))
-    ctx = init_rank(rank, world, groups, backend=backend, init_method="env://", timeout_s=timeout_s)
+    rendezvous_s = min(timeout_s, RENDEZVOUS_TIMEOUT_S)
+    store = rendezvous_store(rank, world, rendezvous_s)
+    try:
+        with exit_after(rendezvous_s + 2.0 * world, f"rank {rank}: the other ranks did not join within "
+                        f"{rendezvous_s:g} s of the rendezvous (one of them failed or was not started)"):
+            ctx = init_rank(rank, world, groups, backend=backend, init_method=None, store=store,
+                            timeout_s=timeout_s)
+    except ExecutionError:
+        raise
+    except Exception as exc:  # a peer that vanished during start-up: name this rank and the cause
+        raise ExecutionError(f"rank {rank}: joining the process group failed: {_first_line(exc)}") from None
     try:
         return worker(ctx, payload)
     finally:
         dist.destroy_process_group()
+
+
+def rendezvous_store(rank: int, world: int, timeout_s: float) -> Any:
+    """The TCPStore at ``MASTER_ADDR:MASTER_PORT``: hosted by rank 0 (unless torchrun's agent hosts it)."""
+    addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
+    port = _env_int("MASTER_PORT")
+    if not 0 < port < 65536:
+        raise ExecutionError(f"MASTER_PORT = {port} must be a port number 1-65535")
+    hosted = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() != "true"
+    missing = (f"rank {rank}: no rendezvous at {addr}:{port} within {timeout_s:g} s: rank 0 did not start it (rank 0 "
+               "failed, the port is held by another program, or MASTER_ADDR/MASTER_PORT differ between ranks)")
+    try:
+        # The store's own timeout does not cover a port held by another program (the client then waits for
+        # a reply that never comes), hence the watchdog.
+        with exit_after(timeout_s + 2.0, missing):
+            return dist.TCPStore(addr, port, world, is_master=hosted, timeout=timedelta(seconds=timeout_s),
+                                 wait_for_workers=False)
+    except Exception as exc:  # DistNetworkError, DistStoreError, RuntimeError: all one line to the user
+        if hosted:
+            raise ExecutionError(
+                f"rank 0: cannot host the rendezvous on {addr}:{port} ({_first_line(exc)}); the port is probably "
+                "taken: start every rank with another MASTER_PORT"
+            ) from None
+        raise ExecutionError(missing) from None
+
+
+@contextlib.contextmanager
+def exit_after(seconds: float, message: str) -> Iterator[None]:
+    """Run the block; if it is still running after ``seconds``, print ``message`` as one error line and exit
+    the process with status 2 (for C++ calls that ignore their own timeouts and cannot be interrupted)."""
+    done = threading.Event()
+
+    def watch() -> None:
+        if not done.wait(seconds):
+            with contextlib.suppress(OSError):
+                os.write(2, f"simgrid-exec: error: {message}\n".encode())
+            os._exit(2)
+
+    threading.Thread(target=watch, name="deadline", daemon=True).start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
+def _env_int(name: str) -> int:
+    text = os.environ.get(name)
+    try:
+        return int(text or "")
+    except ValueError:
+        raise ExecutionError(f"not under torchrun: environment variable {name} = {text!r} is missing or not an "
+                             "integer") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

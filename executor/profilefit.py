@@ -51,6 +51,8 @@ class ComputeFit:
     host_drift: float = 0.0
     """Relative change of the host-speed probe from before to after the in-situ measurements (0: steady
     host); above :data:`HOST_DRIFT_WARNING` the calibration is suspect."""
+    generation_summary: str = ""
+    """One line on generation's in-situ rows (:mod:`executor.gencal`), or '' when generation was not timed."""
 
     @property
     def host_was_steady(self) -> bool:

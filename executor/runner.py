@@ -23,7 +23,7 @@ from executor.devices import peak_memory_bytes, reset_peak_memory
 from executor.interpreter import RankInterpreter
 from executor.launch import LaunchConfig, RankContext, spawn_world
 from executor.model import owned_parameters, shard_dim
-from executor.optim import OptimizerConfig
+from executor.optim import OptimizerConfig, optimizer_for
 from executor.tp import unshard
 from simgrid.errors import LayoutError, ProgramError
 from simgrid.ir.jsonio import program_from_json, program_to_json
@@ -97,6 +97,7 @@ def validate_or_raise(program: Program) -> None:
     dry_run(program)
     if program.model is None or program.layout is None:
         raise ProgramError("executor: the program must carry its model and layout (use build_program)")
+    optimizer_for(program.layout.optimizer)  # an optimizer the executor cannot run is refused before launch
     check_experts_supported(program.model, program.layout)
 
 

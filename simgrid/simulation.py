@@ -104,8 +104,12 @@ def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, 
             "pass the program's own layout"
         )
     if program is None:
+        from simgrid.limits import check_program_size
         from simgrid.schedules import build_program
 
+        every_rank = mode == "full" or comm_model == "flow" or bool(speed_factors)  # else one rank per stage
+        check_program_size(spec, layout, gran, ranks=layout.world_size if every_rank else layout.pp,
+                           what=f"simulating {'every rank' if every_rank else 'one rank per pipeline stage'}")
         program = build_program(spec, layout, granularity=gran)  # type: ignore[arg-type]
     else:
         gran = str(program.meta.get("granularity", gran))

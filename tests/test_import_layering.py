@@ -193,7 +193,7 @@ EXECUTOR_LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry points", ("executor", "executor.cli", "executor.runner", "executor.validate", "executor.calibrate",
                       "executor.commbench", "executor.hostprobe", "executor.profilefit", "executor.costmodel",
                       "executor.reference", "executor.collectives", "executor.generate", "executor.devicecal",
-                      "executor.devicefit", "executor.kernelbench")),
+                      "executor.devicefit", "executor.kernelbench", "executor.gencal")),
     ("interpreter", ("executor.interpreter",)),
     ("op handlers", ("executor.handlers", "executor.handlers.*")),
     ("rank state", ("executor.state", "executor.recorder")),

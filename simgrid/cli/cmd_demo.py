@@ -8,8 +8,11 @@ recompute), simulated and reported, with a Gantt chart and a Perfetto trace writ
 from __future__ import annotations
 
 import argparse
+import contextlib
 from pathlib import Path
 from typing import Any
+
+from simgrid.errors import SimgridError
 
 DEFAULT_ARGS = (
     "--model", "gpt3-175b", "--cluster", "dgx-a100-hdr", "--gpus", "1024",
@@ -35,12 +38,26 @@ def run(args: argparse.Namespace) -> int:
     """Run ``simgrid simulate`` with the default arguments and outputs in ``--out``."""
     from simgrid.cli import cmd_simulate
     from simgrid.cli.common import Parser
+    from simgrid.io import check_output_path, short_path
 
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:  # the folder itself is created, not its parents: a typo in a parent is an error
+        out.mkdir()
+        created = True
+    except FileExistsError:
+        created = False
+    except (OSError, ValueError):
+        check_output_path(out, flag="--out")  # says which part of the path is wrong
+        raise SimgridError(f"--out {short_path(out)}: cannot create the folder") from None
     parser = Parser(prog="simgrid")
     cmd_simulate.register(parser.add_subparsers(parser_class=Parser))
     argv = ["simulate", *DEFAULT_ARGS, "--gantt", str(out / "gantt.png"), "--trace", str(out / "trace.json")]
     if args.json:
         argv.append("--json")
-    return cmd_simulate.run(parser.parse_args(argv))
+    try:
+        return cmd_simulate.run(parser.parse_args(argv))
+    except BaseException:
+        if created:  # leave nothing behind: the folder is empty, the outputs are written atomically
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise

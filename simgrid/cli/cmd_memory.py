@@ -61,9 +61,11 @@ def _gpu(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Estimate, print, and advise when the layout does not fit."""
+    from simgrid.limits import check_world_size
     from simgrid.memory import estimate_memory, suggest_layouts
     from simgrid.schedules.advice import pipeline_warnings
 
+    check_world_size(args.max_gpus, what=f"--max-gpus {args.max_gpus}")
     model, layout = model_layout_from_args(args, gpus=args.gpus)
     gpu = _gpu(args)
     headroom = headroom_from_args(args)

@@ -45,15 +45,16 @@ def register(subparsers: Any) -> None:
 
 def run_program(args: argparse.Namespace) -> int:
     """Build the program for the model/layout flags and write it."""
+    from simgrid.io import check_output_path
     from simgrid.ir.jsonio import save_program
+    from simgrid.limits import check_program_size
     from simgrid.schedules import build_program
 
+    check_output_path(args.out, flag="--out", error=ProgramError)
     model, layout = model_layout_from_args(args)
+    check_program_size(model, layout, args.granularity, ranks=layout.world_size, what="the program file")
     program = build_program(model, layout, granularity=args.granularity)
-    try:
-        save_program(program, args.out)
-    except OSError as exc:
-        raise ProgramError(f"--out {args.out}: cannot write the program file ({exc.strerror})") from None
+    save_program(program, args.out, flag="--out")
     print(f"wrote {args.out}: {program.world_size} ranks, {program.num_ops} ops "
           f"({layout.schedule}, {layout.num_microbatches} micro-batches, granularity {args.granularity})")
     return 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 from typing import Any
 
 from simgrid.cli.common import positive_int
@@ -67,16 +66,20 @@ def _imported(args: argparse.Namespace) -> str:
         raise SimgridError(f"--format {args.format} needs a generated schedule; an imported CSV shows as grid or "
                            "torch-csv")
     if args.format == "torch-csv":  # idle cells and bookkeeping actions kept: torch's own dump comes back unchanged
-        try:
-            text = Path(args.pipeline_csv).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise SimgridError(f"--pipeline-csv {args.pipeline_csv}: cannot read the file ({exc.strerror})") from None
+        from simgrid.io import read_input_text
+
+        text = read_input_text(args.pipeline_csv, what="--pipeline-csv", error=SimgridError)
         return actions_to_csv(cells_from_csv(text, args.pipeline_csv))
     return format_grid(read_pipeline_csv(args.pipeline_csv)) + "\n"
 
 
 def run(args: argparse.Namespace) -> int:
     """Build the order (or read it) and print or write it."""
+    from simgrid.io import check_output_path
+    from simgrid.limits import check_schedule_size
+
+    if args.out is not None:
+        check_output_path(args.out, flag="--out")
     if args.pipeline_csv:
         return _emit(args, _imported(args), f"{args.format} view of {args.pipeline_csv}")
     missing = [flag for flag, value in (("--schedule", args.schedule), ("--pp", args.pp),
@@ -85,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         raise SimgridError(f"give {', '.join(missing)} (or --pipeline-csv F.csv to show a torch schedule file)")
     chunked = ("zbv", "dualpipev", "interleaved-1f1b", "interleaved-zb")
     vpp = args.vpp if args.vpp is not None else (2 if args.schedule in chunked else 1)
+    check_schedule_size(args.pp, vpp, args.microbatches)
     text = render(args.schedule, args.pp, args.microbatches, vpp, args.format)
     return _emit(args, text, f"{args.format} order of {args.schedule} (pp {args.pp}, {args.microbatches} "
                  "micro-batches)")
@@ -94,9 +98,8 @@ def _emit(args: argparse.Namespace, text: str, what: str) -> int:
     if args.out is None:
         print(text, end="")
         return 0
-    try:
-        Path(args.out).write_text(text, encoding="utf-8", newline="")
-    except OSError as exc:
-        raise SimgridError(f"--out {args.out}: cannot write the file ({exc.strerror})") from None
+    from simgrid.io import atomic_write_text
+
+    atomic_write_text(args.out, text, flag="--out")
     print(f"wrote {what} to {args.out}")
     return 0

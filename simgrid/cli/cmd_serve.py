@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import math
 import sys
@@ -134,8 +135,15 @@ def _workload(args: argparse.Namespace, count: int, rate: float) -> list[Request
 
 def run(args: argparse.Namespace) -> int:
     """Simulate at each rate, or search capacity when latency targets are given."""
+    from simgrid.io import check_output_paths
+    from simgrid.limits import check_request_count
+    from simgrid.plots.canvas import SAVE_FORMATS
     from simgrid.serving import LatencyTargets, ServingError, ServingLayout
 
+    plots = ("--latency-plot", "--kv-plot", "--capacity-plot")
+    check_output_paths([(flag, getattr(args, flag[2:].replace("-", "_"))) for flag in (*plots, "--records")],
+                       suffixes=dict.fromkeys(plots, SAVE_FORMATS))  # before any work: nothing half-written
+    check_request_count(args.requests, what=f"--requests {args.requests}")
     args.rate = rates(args.rate) if args.rate is not None else None
     args.prompt_tokens = token_lengths(args.prompt_tokens, "--prompt-tokens")
     args.output_tokens = token_lengths(args.output_tokens, "--output-tokens")
@@ -206,27 +214,34 @@ def _capacity(args: argparse.Namespace, model: Any, layout: Any, config: Serving
 
 def _write_outputs(args: argparse.Namespace, results: list[tuple[float, ServingResult]], last: ServingResult | None,
                    search: CapacitySearch | None) -> None:
+    from simgrid.io import atomic_output
+    from simgrid.plots.canvas import save_figure
     from simgrid.plots.serving import plot_capacity, plot_kv_occupancy, plot_latency_vs_load
 
     targets = {n: v for n in TARGET_FLAGS if (v := getattr(args, n)) is not None}
-    if args.latency_plot:
-        if not results or math.isnan(results[0][0]):
-            from simgrid.serving import ServingError
+    if args.latency_plot and (not results or math.isnan(results[0][0])):
+        from simgrid.serving import ServingError
 
-            raise ServingError("--latency-plot draws latency against --rate; give one or more rates")
-        plot_latency_vs_load(results, targets=targets, path=args.latency_plot)
-    if args.kv_plot and last is not None:
-        plot_kv_occupancy(last, path=args.kv_plot)
-    if args.capacity_plot and search is not None:
-        plot_capacity(search, path=args.capacity_plot)
-    if args.records and last is not None:
-        with open(args.records, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(("id", "replica", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s",
-                             "e2e_s", "preemptions"))
-            for r in last.run.records:
-                writer.writerow((r.id, r.replica, r.arrival_s, r.prompt_tokens, r.output_tokens, r.ttft_s,
-                                 "" if r.tpot_s is None else r.tpot_s, r.e2e_s, r.preemptions))
+        raise ServingError("--latency-plot draws latency against --rate; give one or more rates")
+    # Every file is written atomically and together: all of them appear, or none does.
+    with contextlib.ExitStack() as stack:
+        if args.latency_plot:
+            save_figure(plot_latency_vs_load(results, targets=targets),
+                        stack.enter_context(atomic_output(args.latency_plot, flag="--latency-plot")))
+        if args.kv_plot and last is not None:
+            save_figure(plot_kv_occupancy(last), stack.enter_context(atomic_output(args.kv_plot, flag="--kv-plot")))
+        if args.capacity_plot and search is not None:
+            save_figure(plot_capacity(search),
+                        stack.enter_context(atomic_output(args.capacity_plot, flag="--capacity-plot")))
+        if args.records and last is not None:
+            temp = stack.enter_context(atomic_output(args.records, flag="--records"))
+            with open(temp, "w", newline="", encoding="utf-8") as fh:
+                writer = csv.writer(fh)
+                writer.writerow(("id", "replica", "arrival_s", "prompt_tokens", "output_tokens", "ttft_s", "tpot_s",
+                                 "e2e_s", "preemptions"))
+                for r in last.run.records:
+                    writer.writerow((r.id, r.replica, r.arrival_s, r.prompt_tokens, r.output_tokens, r.ttft_s,
+                                     "" if r.tpot_s is None else r.tpot_s, r.e2e_s, r.preemptions))
 
 
 def _ms(seconds: float) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -67,8 +68,12 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Simulate, print the report or JSON, and write the requested files."""
     from simgrid.hardware import load_cluster
+    from simgrid.io import check_output_paths
+    from simgrid.plots.canvas import SAVE_FORMATS
     from simgrid.simulation import simulate
 
+    # Every output is checked before any work, so one bad path leaves no other file behind.
+    check_output_paths([("--trace", args.trace), ("--gantt", args.gantt)], suffixes={"--gantt": SAVE_FORMATS})
     program = None
     if args.program:
         model, layout, program = _saved_program(args)
@@ -87,21 +92,32 @@ def run(args: argparse.Namespace) -> int:
                       granularity=args.granularity, memory_headroom=headroom_from_args(args), program=program)
     print(f"simulated {len(result.engine.simulated_ranks)} of {layout.world_size} ranks ({result.engine.mode} mode) "
           f"in {result.wall_s:.2f} s", file=sys.stderr)
-    if args.trace:
-        result.trace.to_chrome_trace(args.trace)
-        print(f"wrote trace {args.trace} (open in https://ui.perfetto.dev)", file=sys.stderr)
-    if args.gantt:
-        from simgrid.plots import plot_gantt
-        from simgrid.plots.canvas import save_figure
-
-        fig = plot_gantt(result.trace, title=f"{model.name}, {_layout_line(result)}")
-        save_figure(fig, args.gantt)
-        print(f"wrote Gantt chart {args.gantt}", file=sys.stderr)
+    write_outputs(result, trace=args.trace, gantt=args.gantt)
     if args.json:
         print_json(result.to_json_dict())
     else:
         print(format_report(result, source=_source(args, program)))
     return 0
+
+
+def write_outputs(result: SimulationResult, *, trace: str | None, gantt: str | None) -> None:
+    """Write the trace and the Gantt chart atomically and together: both appear, or neither does."""
+    from simgrid.io import atomic_output
+
+    with contextlib.ExitStack() as stack:
+        if trace:
+            temp = stack.enter_context(atomic_output(trace, flag="--trace"))
+            result.trace.to_chrome_trace(temp)
+        if gantt:
+            from simgrid.plots import plot_gantt
+            from simgrid.plots.canvas import save_figure
+
+            temp = stack.enter_context(atomic_output(gantt, flag="--gantt"))
+            save_figure(plot_gantt(result.trace, title=f"{result.model.name}, {_layout_line(result)}"), temp)
+    if trace:
+        print(f"wrote trace {trace} (open in https://ui.perfetto.dev)", file=sys.stderr)
+    if gantt:
+        print(f"wrote Gantt chart {gantt}", file=sys.stderr)
 
 
 def _source(args: argparse.Namespace, program: Any) -> str | None:

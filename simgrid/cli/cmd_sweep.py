@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
-from pathlib import Path
 from typing import Any
 
 from simgrid.cli.common import (
@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         raise SimgridError("--address is for --backend ray; the local backend runs on this machine")
     model = model_from_args(args)
     constraints = constraints_from_args(args)
-    if args.out:
+    check_pins(args, model)
+    if args.out is not None:
         _check_writable(args.out)
     result = sweep(
         model, args.cluster, args.gpus, args.gbs, constraints=constraints, workers=args.workers,
@@ -99,7 +100,10 @@ def run(args: argparse.Namespace) -> int:
         address=args.address,
     )
     if args.out:
-        result.table.to_csv(args.out, index=False)
+        from simgrid.io import atomic_output
+
+        with atomic_output(args.out, flag="--out") as temp:
+            result.table.to_csv(temp, index=False)
     shown = result.table.head(args.top)
     if args.json:
         print_json([{k: _json_value(row[k]) for k in JSON_KEYS} for row in shown.to_dict("records")])
@@ -116,6 +120,53 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         print(f"\nwrote {len(result.table)} simulated layouts to {args.out}")
     return 0
+
+
+def check_pins(args: argparse.Namespace, model: Any) -> None:
+    """Refuse pinned degrees (comma lists) that leave no layout at all, saying which pin and why (exit 2, one
+    line), rather than enumerating nothing and reporting an empty search."""
+    import itertools
+
+    from simgrid.limits import MAX_OPS, check_world_size
+
+    check_world_size(args.gpus, what=f"--gpus {args.gpus}")
+    gpus = args.gpus
+    divisors = ", ".join(str(d) for d in range(1, min(gpus, 64) + 1) if gpus % d == 0)
+    rules = {
+        "--tp": [(lambda v: gpus % v == 0, f"divides --gpus {gpus} (e.g. {divisors})"),
+                 (lambda v: model.num_heads % v == 0, f"divides {model.name}'s {model.num_heads} attention heads")],
+        "--pp": [(lambda v: gpus % v == 0, f"divides --gpus {gpus} (e.g. {divisors})"),
+                 (lambda v: v <= model.num_layers, f"is at most {model.name}'s {model.num_layers} layers")],
+        "--dp": [(lambda v: gpus % v == 0, f"divides --gpus {gpus} (e.g. {divisors})"),
+                 (lambda v: args.gbs % v == 0, f"divides --gbs {args.gbs}")],
+        "--cp": [(lambda v: gpus % v == 0, f"divides --gpus {gpus} (e.g. {divisors})"),
+                 (lambda v: model.seq_length % (2 * v) == 0,
+                  f"splits the sequence of {model.seq_length} tokens into 2 * cp chunks")],
+    }
+    kept: dict[str, tuple[int, ...]] = {}
+    for flag, checks in rules.items():
+        values = getattr(args, flag[2:], None)
+        if values is None:
+            continue
+        for test, rule in checks:
+            survivors = tuple(v for v in values if test(v))
+            if not survivors:
+                raise SimgridError(f"{flag} {','.join(map(str, values))}: no value {rule}; pin one that does")
+            values = survivors
+        kept[flag] = values
+    pinned = [flag for flag in ("--dp", "--tp", "--pp") if flag in kept]
+    if len(pinned) > 1:
+        cps = kept.get("--cp", (1,))
+        products = {math.prod(combo) for combo in itertools.product(*(kept[f] for f in pinned))}
+        if not any(gpus % (product * cp) == 0 for product in products for cp in cps):
+            names = " ".join(f"{flag} {','.join(map(str, kept[flag]))}" for flag in pinned)
+            raise SimgridError(f"{names}: no combination divides --gpus {gpus} (with cp); make dp * tp * pp * cp = "
+                               f"{gpus}")
+    largest_mbs = max(args.mbs or (args.max_mbs,))
+    fewest = -(-args.gbs // (gpus * largest_mbs))  # micro-batches of the most parallel layout
+    if fewest * 56 > MAX_OPS:  # the smallest program: stage granularity, one unit per micro-batch
+        raise SimgridError(f"--gbs {args.gbs} on {gpus} GPUs means at least {fewest:,} micro-batches per pipeline, "
+                           f"over the limit of {MAX_OPS:,} simulated ops for every layout; use a smaller --gbs")
 
 
 def constraints_from_args(args: argparse.Namespace) -> Any:
@@ -161,9 +212,9 @@ def format_table(df: Any) -> str:
 
 
 def _check_writable(path: str) -> None:
-    parent = Path(path).resolve().parent
-    if not parent.is_dir():
-        raise SimgridError(f"--out {path}: directory {parent} does not exist")
+    from simgrid.io import check_output_path
+
+    check_output_path(path, flag="--out")
 
 
 def _json_value(value: Any) -> Any:

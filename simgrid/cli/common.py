@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from typing import Any
 
-from simgrid.errors import LayoutError, ModelError
+from simgrid.errors import LayoutError, ModelError, SimulationError
 from simgrid.layout import OPTIMIZERS, PRECISIONS, RECOMPUTE_POLICIES, SCHEDULES, Layout, check_layout
 from simgrid.model.spec import ModelSpec
 
@@ -149,6 +150,10 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
     choice(("--recompute",), RECOMPUTE_POLICIES, "none", "activation recompute")
     switch("--sequence-parallel", "Megatron sequence parallelism (tp > 1)")
     switch("--flash-attention", "fused attention core (FlashAttention): no s x s scores in HBM or activations")
+    g.add_argument("--attention-kernel", choices=("auto", "fa2", "fa3"), default="auto",
+                   help="fused-attention kernel priced with --flash-attention: fa2, fa3 or auto (the GPU's default)")
+    g.add_argument("--kernel-fusion", choices=("fused", "eager", "eager-fused-norm"), default="fused",
+                   help="element-wise kernels between GEMMs: fused (Megatron/TE, torch.compile) or PyTorch eager")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="optimizer (default adam)")
     g.add_argument("--precision", choices=PRECISIONS, default="bf16", help="training precision (default bf16)")
     g.add_argument("--offload", action="store_true", help="offload optimizer states and step to the host CPU")
@@ -174,7 +179,9 @@ def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The layout fields a search keeps as given (optimizer, precision, offload, gradient sync)."""
     return {"optimizer": args.optimizer, "precision": args.precision, "offload_optimizer": args.offload,
             "dp_mode": args.dp_mode, "bucket_size_MB": args.bucket_mb,
-            "overlap_grad_reduce": getattr(args, "overlap_grad_reduce", True)}
+            "overlap_grad_reduce": getattr(args, "overlap_grad_reduce", True),
+            "attention_kernel": getattr(args, "attention_kernel", "auto"),
+            "kernel_fusion": getattr(args, "kernel_fusion", "fused")}
 
 
 def add_hardware_args(parser: argparse.ArgumentParser, *, cluster_required: bool, gpu_profile: bool,
@@ -307,7 +314,8 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         dp=dp, tp=tp, pp=pp, cp=cp, ep=getattr(args, "ep", None) or 1, etp=getattr(args, "etp", None),
         vpp=vpp, zero=args.zero, micro_batch_size=mbs, global_batch_size=gbs,
         schedule=args.schedule, recompute=args.recompute, sequence_parallel=args.sequence_parallel,
-        flash_attention=args.flash_attention, precision=args.precision, optimizer=args.optimizer,
+        flash_attention=args.flash_attention, attention_kernel=getattr(args, "attention_kernel", "auto"),
+        kernel_fusion=getattr(args, "kernel_fusion", "fused"), precision=args.precision, optimizer=args.optimizer,
         offload_optimizer=args.offload, dp_mode=args.dp_mode, bucket_size_MB=args.bucket_mb,
         overlap_grad_reduce=getattr(args, "overlap_grad_reduce", True),
         zero_impl=getattr(args, "zero_impl", "deepspeed"),
@@ -334,19 +342,35 @@ def model_layout_from_args(args: argparse.Namespace, *, gpus: int | None = None,
 
 
 def print_json(data: Any) -> None:
-    """Print a JSON document on stdout (sorted keys, indented)."""
-    json.dump(data, sys.stdout, indent=2, sort_keys=True)
-    sys.stdout.write("\n")
+    """Print a JSON document on stdout (sorted keys, indented); a NaN or infinity is refused, not printed
+    as the non-JSON ``NaN``/``Infinity``."""
+    bad = _non_finite(data)
+    if bad:
+        raise SimulationError(
+            f"the result has {bad}, which JSON cannot hold: an input (a hardware profile's rate or overhead, "
+            "a model size) is outside a physical range; check the extreme values"
+        )
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def _non_finite(data: Any, path: str = "") -> str:
+    """``'step_time_s = inf'`` for the first NaN or infinite number in ``data``, else ``''``."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return f"{path or 'a value'} = {data}"
+    if isinstance(data, dict):
+        items: Any = data.items()
+    elif isinstance(data, list | tuple):
+        items = enumerate(data)
+    else:
+        return ""
+    for key, value in items:
+        found = _non_finite(value, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return ""
 
 
 def _model_from_file(path: str) -> ModelSpec:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = json.load(fh)
-    except FileNotFoundError:
-        raise ModelError(f"model file {path} does not exist") from None
-    except json.JSONDecodeError as exc:
-        raise ModelError(f"model file {path}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ModelError(f"model file {path}: expected a JSON object with ModelSpec fields")
-    return ModelSpec.from_dict(data)
+    from simgrid.model.spec import load_model_file
+
+    return load_model_file(path)

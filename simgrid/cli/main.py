@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 from collections.abc import Sequence
+from typing import TextIO
 
 from simgrid import __version__
 from simgrid.cli.common import Parser
@@ -80,7 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("default")  # each distinct warning once
+            warnings.showwarning = _one_line_warning
+            return int(args.func(args) or 0)
     except SimgridError as exc:
         print(f"simgrid {args.command}: error: {exc}", file=sys.stderr)
         return 2
@@ -89,6 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                      file: TextIO | None = None, line: str | None = None) -> None:
+    """Warnings (e.g. a skipped file on the profile search path) as one line, without source lines."""
+    print(f"simgrid: warning: {message}", file=sys.stderr)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,6 +2,7 @@
 of the topology's bottleneck links: ring, tree, NVLS, PAT; protocols LL, LL128, Simple), point-to-point
 and host transfers. Every formula cites its source in its module."""
 
+from simgrid.costs.attention import attention_table, fused_attention_time_s
 from simgrid.costs.collectives import (
     ALGORITHMS,
     NCCL_BASE_LATENCY_US,
@@ -22,6 +23,7 @@ from simgrid.costs.compute import (
     memory_time_s,
     overlap_slowdown,
 )
+from simgrid.costs.gemm import gemm_efficiency, gemm_shape_time_s, gemms_time_s
 from simgrid.costs.p2p import p2p_time_s, route_time_s, transfer_time_s
 from simgrid.costs.phases import Phase, TransferTriple
 
@@ -31,6 +33,7 @@ __all__ = [
     "NCCL_BASE_LATENCY_US",
     "Phase",
     "TransferTriple",
+    "attention_table",
     "base_latency_s",
     "bus_bandwidth_GBps",
     "choose",
@@ -38,7 +41,11 @@ __all__ = [
     "collective_phases",
     "collective_time_s",
     "compute_time_s",
+    "fused_attention_time_s",
+    "gemm_efficiency",
+    "gemm_shape_time_s",
     "gemm_time_s",
+    "gemms_time_s",
     "host_compute_time_s",
     "host_optimizer_time_s",
     "memory_time_s",

@@ -1,24 +1,23 @@
-"""Compute time of one IR compute op on a GPU (roofline) or on the host CPU (offloaded optimizer).
+"""Compute time of one IR compute op on a GPU (roofline per kernel) or on the host CPU (offloaded optimizer).
 
 GPU model, per op::
 
-    time = (flops - attention_flops) / (peak(dtype) * matmul_efficiency(M, N, K))  # GEMM work
-         + attention_flops / (peak(dtype) * attention_efficiency)  # fused attention core
+    time = sum over the op's GEMMs of gemm_time(m, n, k)         # tensor cores, by full shape
+         + fused_attention_time(attention_flops, shape, direction) # FlashAttention core, by shape
          + hbm_bytes / (hbm_bandwidth * hbm_efficiency)           # memory-bound kernels
          + kernels * kernel_overhead                              # launch + tail per kernel
 
-The first two terms are the two ceilings of the roofline model (Williams, Waterman & Patterson,
-"Roofline: an insightful visual performance model for multicore architectures", CACM 52(4), 2009).
-A single kernel is bound by the larger of its two ceilings, but an IR op stands for a layer's *sequence*
-of kernels: its GEMMs (compute-bound; their operand traffic is what ``matmul.efficiency`` already
-accounts for) and its element-wise / normalisation / softmax kernels (memory-bound; ``op.hbm_bytes``
-counts only their traffic, see :class:`simgrid.ir.ops.Compute`). Those kernels run one after the other
-on one CUDA stream, so their times add rather than overlap, and each kernel pays its launch overhead.
-
-A fused attention core (FlashAttention) does its ``Q K^T`` and ``P V`` products on the tensor cores but
-its online softmax on the CUDA cores inside the same kernel, so it sustains less of the peak than a GEMM:
-FlashAttention-2 reports 50-73% of A100 peak (Dao 2023, arXiv:2307.08691) against 86% for a large GEMM.
-The GPU profile's ``fused_attention_efficiency`` prices those FLOPs (``op.attention_flops``).
+An IR op stands for a layer's *sequence* of kernels on one CUDA stream, so their times add. Each term is
+itself bounded by its own roofline (Williams, Waterman & Patterson, CACM 52(4), 2009): a GEMM
+(:mod:`simgrid.costs.gemm`) by its tiles' waves at the sustained tensor rate plus its output write, and
+never faster than its operands' HBM traffic; the fused attention core
+(:mod:`simgrid.costs.attention`) by the FlashAttention-2/3 papers' measured speed at its sequence length
+and head dim; the element-wise, normalisation, softmax and optimizer kernels by their bytes
+(``op.hbm_bytes``, :mod:`simgrid.model.kernels`) at the achievable HBM bandwidth. Tensor-core work runs at
+the GPU's ``sustained_clock_fraction`` of its benchmark speed: long GEMM-heavy phases hold the SM clock
+below boost under the power limit, while HBM-bound kernels are not slowed (the memory clock is not
+throttled). An op without a GEMM list (hand-written programs) prices ``flops - attention_flops`` at the
+efficiency of its one ``gemm_mnk`` shape.
 
 ``speed`` divides the whole time: a straggler at 0.9 or an older GPU generation in a mixed cluster.
 The engine applies :func:`overlap_slowdown` on top while a communication kernel shares the GPU.
@@ -26,8 +25,11 @@ The engine applies :func:`overlap_slowdown` on top while a communication kernel 
 
 from __future__ import annotations
 
+from simgrid.costs.attention import AUTO, fused_attention_time_s
+from simgrid.costs.gemm import gemm_efficiency, gemms_time_s
 from simgrid.errors import SimgridError
 from simgrid.hardware import GPUSpec, NodeSpec
+from simgrid.hardware.attention import Direction
 from simgrid.ir.ops import Compute
 
 ADAM_FLOPS_PER_PARAM = 14.0
@@ -43,18 +45,16 @@ def _check_speed(speed: float) -> None:
 
 
 def gemm_time_s(flops: float, gemm_mnk: tuple[int, int, int], gpu: GPUSpec, *, dtype: str) -> float:
-    """Seconds of tensor-core work: flops at the dtype's peak times the shape's matmul efficiency."""
+    """Seconds of ``flops`` of tensor-core work at the efficiency of one representative ``gemm_mnk`` shape."""
     if flops <= 0:
         return 0.0
     m, n, k = gemm_mnk
-    return flops / (gpu.peak_flops(dtype) * gpu.matmul.efficiency(m, n, k))
+    return flops / (gpu.peak_flops(dtype) * gemm_efficiency(m, n, k, gpu, dtype=dtype))
 
 
-def fused_attention_time_s(flops: float, gpu: GPUSpec, *, dtype: str) -> float:
-    """Seconds of a fused attention core's FLOPs at the GPU's attention-kernel efficiency."""
-    if flops <= 0:
-        return 0.0
-    return flops / (gpu.peak_flops(dtype) * gpu.attention_efficiency)
+def _direction(op: Compute) -> Direction:
+    """Forward kernels for F and R (a recompute reruns the forward), backward for B and I."""
+    return "fwd" if op.kind in ("F", "R") else "bwd"
 
 
 def memory_time_s(hbm_bytes: float, gpu: GPUSpec) -> float:
@@ -64,8 +64,9 @@ def memory_time_s(hbm_bytes: float, gpu: GPUSpec) -> float:
     return hbm_bytes / (gpu.hbm_bandwidth_GBps * 1e9 * gpu.hbm_efficiency)
 
 
-def compute_time_s(op: Compute, gpu: GPUSpec, *, dtype: str, speed: float = 1.0) -> float:
-    """Seconds a GPU compute op takes on ``gpu`` at relative ``speed`` (see module docstring)."""
+def compute_time_s(op: Compute, gpu: GPUSpec, *, dtype: str, speed: float = 1.0, attention_kernel: str = AUTO) -> float:
+    """Seconds a GPU compute op takes on ``gpu`` at relative ``speed`` (see module docstring);
+    ``attention_kernel`` picks the fused-attention table (``auto``: the profile's default)."""
     if op.device != "gpu":
         raise SimgridError(
             f"compute op {op.kind} has device = {op.device!r}; host ops are timed by host_compute_time_s(op, node)"
@@ -81,12 +82,13 @@ def compute_time_s(op: Compute, gpu: GPUSpec, *, dtype: str, speed: float = 1.0)
             f"compute op {op.kind} (stage {op.stage}, micro-batch {op.microbatch}) has attention_flops = "
             f"{op.attention_flops} outside 0 .. flops = {op.flops}; the fused-attention FLOPs are part of flops"
         )
-    time = (
-        gemm_time_s(op.flops - op.attention_flops, op.gemm_mnk, gpu, dtype=dtype)
-        + fused_attention_time_s(op.attention_flops, gpu, dtype=dtype)
-        + memory_time_s(op.hbm_bytes, gpu)
-        + op.kernels * gpu.kernel_overhead_us * 1e-6
-    )
+    if op.gemms:
+        tensor = gemms_time_s(op.gemms, gpu, dtype=dtype)
+    else:
+        tensor = gemm_time_s(op.flops - op.attention_flops, op.gemm_mnk, gpu, dtype=dtype)
+    attention = fused_attention_time_s(op.attention_flops, gpu, dtype=dtype, direction=_direction(op),
+                                       shape=op.attention_shape, kernel=attention_kernel)
+    time = tensor + attention + memory_time_s(op.hbm_bytes, gpu) + op.kernels * gpu.kernel_overhead_us * 1e-6
     return time / speed
 
 

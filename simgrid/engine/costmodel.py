@@ -69,11 +69,12 @@ class CostModel(Protocol):
 class ClusterCostModel:
     """:class:`CostModel` of a sized cluster, from :mod:`simgrid.costs` and :mod:`simgrid.topology`."""
 
-    def __init__(self, cluster: Cluster, *, dtype: str = "bf16") -> None:
+    def __init__(self, cluster: Cluster, *, dtype: str = "bf16", attention_kernel: str = "auto") -> None:
         from simgrid.topology import Topology
 
         self.cluster = cluster
         self.dtype = dtype
+        self.attention_kernel = attention_kernel
         self.topology = Topology(cluster)
         self.comm_compute_slowdown = float(cluster.gpu.comm_compute_slowdown)
 
@@ -82,7 +83,8 @@ class ClusterCostModel:
 
         if op.device == "cpu":
             return float(costs.host_compute_time_s(op, self.cluster.node, speed=speed))
-        return float(costs.compute_time_s(op, self.cluster.gpu, dtype=self.dtype, speed=speed))
+        return float(costs.compute_time_s(op, self.cluster.gpu, dtype=self.dtype, speed=speed,
+                                          attention_kernel=self.attention_kernel))
 
     def collective_s(self, op: Collective, ranks: tuple[int, ...]) -> float:
         from simgrid import costs
@@ -143,7 +145,8 @@ class DurationCache:
         d = self._compute_by_id.get(key)
         if d is None:
             # The roofline reads only these fields (simgrid.costs.compute); stage/micro-batch do not matter.
-            ckey = (op.kind, op.device, op.flops, op.hbm_bytes, op.gemm_mnk, op.kernels, op.attention_flops, speed)
+            ckey = (op.kind, op.device, op.flops, op.hbm_bytes, op.gemm_mnk, op.kernels, op.attention_flops,
+                    op.gemms, op.attention_shape, speed)
             d = self._compute_by_cost.get(ckey)
             if d is None:
                 d = self._compute_by_cost[ckey] = self.cost.compute_s(op, speed)

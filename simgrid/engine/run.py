@@ -121,7 +121,8 @@ def prepare_run(program: Program, cluster: Cluster | None, *, mode: str, comm_mo
         if cluster is None:
             raise SimulationError("simulate: give a cluster (or a cost_model)")
         _check_cluster_size(cluster, world)
-        cost_model = ClusterCostModel(cluster, dtype=dtype)
+        kernel = program.layout.attention_kernel if program.layout is not None else "auto"
+        cost_model = ClusterCostModel(cluster, dtype=dtype, attention_kernel=kernel)
     if memory_capacity_bytes is None:
         memory_capacity_bytes = cluster.gpu.memory_bytes if cluster is not None else 0
     return speeds, cost_model, memory_capacity_bytes

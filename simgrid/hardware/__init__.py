@@ -11,7 +11,7 @@ from simgrid.errors import ProfileError
 from simgrid.hardware.loader import load_cluster, load_cluster_spec, load_gpu, load_node
 from simgrid.hardware.measured import CollectiveRow, ComputeRow, MeasuredTables, P2PRow
 from simgrid.hardware.rules import FieldError
-from simgrid.hardware.search import ProfileInfo, list_profiles, profile_search_path
+from simgrid.hardware.search import ProfileInfo, ProfileWarning, list_profiles, profile_search_path
 from simgrid.hardware.specs import (
     DTYPES,
     INTRA_FABRICS,
@@ -46,6 +46,7 @@ __all__ = [
     "P2PRow",
     "ProfileError",
     "ProfileInfo",
+    "ProfileWarning",
     "list_profiles",
     "load_cluster",
     "load_cluster_spec",

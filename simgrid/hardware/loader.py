@@ -22,9 +22,12 @@ downwards (cluster -> node -> gpu), so cycles cannot occur.
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 
 from simgrid.errors import ProfileError
+from simgrid.hardware.attention import ATTENTION_KERNELS, AttentionKernelTable
 from simgrid.hardware.measured import CollectiveRow, ComputeRow, MeasuredTables, P2PRow
 from simgrid.hardware.reader import TableReader
 from simgrid.hardware.rules import FieldError
@@ -50,16 +53,39 @@ def _looks_like_path(reference: str | Path) -> bool:
 
 
 def _profile_file(reference: str | Path, kind: str, *, base: Path | None = None, referrer: str = "") -> Path:
-    """The file for a name or path; relative paths in a profile are relative to that profile's folder."""
+    """The file for a name or path; relative paths in a profile are relative to that profile's folder.
+
+    Only the path's existence is checked here; :func:`read_toml` refuses what is not a regular UTF-8 file.
+    """
+    lead = f"{referrer}: " if referrer else ""
     if not _looks_like_path(reference):
-        return find_profile(str(reference), kind, referrer=referrer)
+        try:
+            return find_profile(str(reference), kind, referrer=referrer)
+        except ProfileError:
+            if str(reference) and _is_directory(Path(str(reference))):
+                raise ProfileError(f"{lead}{reference!r} is a directory, not a {kind} profile; name a .toml file "
+                                   "inside it or a profile name (see `simgrid profiles`)") from None
+            raise
     path = Path(reference).expanduser()
     if base is not None and not path.is_absolute():
         path = base / path
-    if not path.is_file():
-        lead = f"{referrer}: " if referrer else ""
-        raise ProfileError(f"{lead}profile file {display_path(path)} does not exist")
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError) as exc:
+        reason = "does not exist" if isinstance(exc, FileNotFoundError) else \
+            f"cannot be used: {getattr(exc, 'strerror', None) or exc}"
+        raise ProfileError(f"{lead}profile file {display_path(path)} {reason}") from None
+    if stat.S_ISDIR(mode):
+        raise ProfileError(f"{lead}{display_path(path)} is a directory, not a {kind} profile file; name a .toml "
+                           "file inside it or a profile name (see `simgrid profiles`)")
     return path
+
+
+def _is_directory(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def _top_reader(path: Path, kind: str) -> TableReader:
@@ -94,8 +120,29 @@ def _matmul(reader: TableReader) -> MatmulEfficiency:
     if reader.has("min_dim") or reader.has("relative"):
         kwargs["min_dim"] = reader.number_list("min_dim", integers=True)
         kwargs["relative"] = reader.number_list("relative")
+    for key in ("tile_m", "tile_n"):
+        if reader.has(key):
+            kwargs[key] = reader.integer(key)
     reader.finish()
     return reader.build(MatmulEfficiency, **kwargs)
+
+
+def _attention_tables(reader: TableReader) -> tuple[dict[str, AttentionKernelTable], str | None]:
+    """``[fused_attention]``: ``default`` names the kernel ``auto`` uses; one sub-table per kernel family."""
+    default = reader.text("default") if reader.has("default") else None
+    tables: dict[str, AttentionKernelTable] = {}
+    for name in [k for k in reader.data if k != "default"]:
+        if name not in ATTENTION_KERNELS:
+            raise reader.error(name, reader.data[name], "is not a known kernel; use one of " + ", ".join(ATTENTION_KERNELS))
+        sub = reader.table(name)
+        table = sub.build(AttentionKernelTable, name=name, seq_len=sub.number_list("seq_len", integers=True),
+                          head_dim=sub.number_list("head_dim", integers=True),
+                          fwd_causal_tflops=sub.number_grid("fwd_causal_tflops"),
+                          fwd_tflops=sub.number_grid("fwd_tflops"), bwd_tflops=sub.number_grid("bwd_tflops"))
+        sub.finish()
+        tables[name] = table
+    reader.finish()
+    return tables, default
 
 
 def _peak_tflops(reader: TableReader) -> dict[str, float]:
@@ -114,12 +161,21 @@ def _gpu(reader: TableReader) -> GPUSpec:
         "peak_tflops": _peak_tflops(reader.table("peak_tflops")),
         "matmul": _matmul(reader.table("matmul")),
         "fused_attention_efficiency": reader.optional_number("fused_attention_efficiency"),
+        "sustained_clock_fraction": reader.number("sustained_clock_fraction", 1.0),
         "kernel_overhead_us": reader.number("kernel_overhead_us"),
         "comm_compute_slowdown": reader.number("comm_compute_slowdown"),
     }
+    if reader.has("sm_count"):
+        fields["sm_count"] = reader.integer("sm_count")
+    if reader.has("fused_attention"):
+        fields["fused_attention"], fields["attention_kernel"] = _attention_tables(reader.table("fused_attention"))
     fields["sources"] = reader.sources()
     reader.finish()
-    return reader.build(GPUSpec, **fields)
+    try:
+        return GPUSpec(**fields)  # type: ignore[arg-type]
+    except FieldError as exc:  # the default kernel lives in [fused_attention] as `default`
+        renamed = {"attention_kernel": "fused_attention.default"}
+        raise reader.located(exc, renamed) from None
 
 
 def _node(reader: TableReader) -> NodeSpec:

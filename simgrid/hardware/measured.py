@@ -7,8 +7,16 @@ engine asks these helpers first and falls back to formulas when they return ``No
 Interpolation rule (sizes): piecewise-linear in bytes between measured sizes of the same kind and group
 size; below the smallest size the smallest size's time is used (small messages are latency-bound, so
 time barely falls below it); beyond the largest size the last segment's slope is extended (large
-messages are bandwidth-bound, so time grows linearly). With a single row, larger sizes scale
-proportionally from it (pure bandwidth) and smaller ones use its time.
+messages are bandwidth-bound, so time grows linearly), never with a negative slope. With a single row,
+larger sizes scale proportionally from it (pure bandwidth) and smaller ones use its time.
+
+Monotonicity rule: a larger message is never faster, so within one series (a collective kind and group
+size, or point-to-point) each row's time must be at least :data:`MONOTONE_FLOOR` times the largest time
+measured at a smaller size. The allowance is for measurement, not physics: a synchronous collective timed
+in situ takes about twice its barrier-aligned micro-benchmark time on a CPU host (see
+``executor.calibrate.merge_insitu_collectives``), and both kinds of row meet in one series. A table that
+falls further (times that shrink as sizes grow) is refused: interpolating it yields near-zero or negative
+times, hence bubbles above 1 and MFU above 100%.
 """
 
 from __future__ import annotations
@@ -30,6 +38,9 @@ MeasuredCollectiveKind = Literal[
     "all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier"
 ]
 COLLECTIVE_KINDS: tuple[str, ...] = get_args(MeasuredCollectiveKind)
+MONOTONE_FLOOR = 0.4
+"""Smallest allowed ratio of a row's time to the largest time at a smaller size in the same series (see
+the module docstring: a 60% allowance for in-situ versus micro-benchmark timings and host noise)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,10 +101,28 @@ def _interpolate(points: list[tuple[int, float]], size_bytes: float) -> float:
         return time0 * size_bytes / size0 if size0 > 0 else time0
     if size_bytes >= sizes[-1]:
         (s0, t0), (s1, t1) = points[-2], points[-1]
-        return t1 + (t1 - t0) / (s1 - s0) * (size_bytes - s1)
+        return t1 + max(0.0, (t1 - t0) / (s1 - s0)) * (size_bytes - s1)
     i = bisect.bisect_right(sizes, size_bytes)
     (s0, t0), (s1, t1) = points[i - 1], points[i]
     return t0 + (t1 - t0) * (size_bytes - s0) / (s1 - s0)
+
+
+def _check_monotone(table: str, rows: list[tuple[tuple[object, ...], int, float]]) -> None:
+    """Refuse a series whose time falls below MONOTONE_FLOOR of the slowest smaller size (module docstring)."""
+    slowest: dict[tuple[object, ...], tuple[float, int]] = {}
+    for index in sorted(range(len(rows)), key=lambda i: (rows[i][0], rows[i][1])):
+        series, size, time_us = rows[index]
+        before = slowest.get(series)
+        if before is not None and time_us < MONOTONE_FLOOR * before[0]:
+            where = f"{series[0]} on {series[1]} ranks, " if series else ""
+            raise FieldError(
+                f"{table}[{index}].time_us", time_us,
+                f"is below {MONOTONE_FLOOR:g} x the {before[0]:g} us measured at {before[1]} bytes ({where}a smaller "
+                "size): a larger message cannot be faster; re-run the calibration on a quiet machine",
+                owner="MeasuredTables",
+            )
+        if before is None or time_us > before[0]:
+            slowest[series] = (time_us, size)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,6 +158,8 @@ class MeasuredTables:
                 raise FieldError(f"p2p[{i}].bytes", p.bytes, "duplicates an earlier row; keep one row per size",
                                  owner="MeasuredTables")
             seen.add(("p2p", p.bytes))
+        _check_monotone("collectives", [((c.kind, c.group_size), c.bytes, c.time_us) for c in self.collectives])
+        _check_monotone("p2p", [((), p.bytes, p.time_us) for p in self.p2p])
         for i, r in enumerate(self.compute):
             if ("compute", r.key) in seen:
                 raise FieldError(f"compute[{i}].key", r.key, "duplicates an earlier row; keys must be unique",

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from simgrid.errors import ProfileError
-from simgrid.hardware.rules import FieldError, format_value
+from simgrid.hardware.rules import MAX_MAGNITUDE, FieldError, format_value
 from simgrid.hardware.search import display_path
 
 T = TypeVar("T")
@@ -77,7 +77,10 @@ class TableReader:
             raise self.error(key, value, "must be a number")
         if isinstance(value, float) and math.isnan(value):
             raise self.error(key, value, "must be a number, not nan")
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an integer beyond float range: no field takes it
+            raise self.error(key, value, f"is out of range: magnitudes above {MAX_MAGNITUDE:g} are refused") from None
 
     def optional_number(self, key: str) -> float | None:
         """A float or ``None`` when absent."""
@@ -113,7 +116,22 @@ class TableReader:
             bad = isinstance(item, bool) or not isinstance(item, int if integers else int | float)
             if bad:
                 raise self.error(f"{key}[{i}]", item, "must be an integer" if integers else "must be a number")
+            if not integers and isinstance(item, int) and abs(item) > MAX_MAGNITUDE:
+                raise self.error(f"{key}[{i}]", item, f"is out of range: magnitudes above {MAX_MAGNITUDE:g} are refused")
         return tuple(item if integers else float(item) for item in value)
+
+    def number_grid(self, key: str) -> tuple[tuple[float, ...], ...]:
+        """An array of arrays of numbers (a table's rows), e.g. ``[[1, 2], [3, 4]]``."""
+        value = self.raw(key)
+        if not isinstance(value, list) or not all(isinstance(row, list) for row in value):
+            raise self.error(key, value, "must be an array of arrays of numbers, one inner array per row")
+        rows = []
+        for i, row in enumerate(value):
+            for j, item in enumerate(row):
+                if isinstance(item, bool) or not isinstance(item, int | float):
+                    raise self.error(f"{key}[{i}][{j}]", item, "must be a number")
+            rows.append(tuple(float(item) for item in row))
+        return tuple(rows)
 
     def table(self, key: str) -> TableReader:
         """A sub-table as a reader with the extended path."""

@@ -18,11 +18,27 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
+MAX_MAGNITUDE = 1e15
+"""Largest finite magnitude a profile number may have (in its own unit). No physical quantity a profile
+states comes near it (the largest are host throughputs of ~1e10 parameters/s), so a larger value is a
+unit mistake or a typo, and refusing it keeps every derived time finite."""
+MIN_MAGNITUDE = 1e-12
+"""Smallest non-zero magnitude a profile number may have (``5e-324`` is a typo, and its reciprocal is
+infinite)."""
+_MAX_SHOWN = 60
+
+
 def format_value(value: object) -> str:
-    """Render a value as it appears in an error message (floats keep their sign and ``inf``)."""
+    """Render a value as it appears in an error message (floats keep their sign and ``inf``; long values
+    are elided so a 5,000-digit integer does not flood the terminal)."""
     if isinstance(value, tuple):
         return "[" + ", ".join(format_value(v) for v in value) + "]"
-    return repr(value)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 200:
+        return f"{'-' if value < 0 else ''}<an integer of about {int(abs(value).bit_length() * 0.30103) + 1} digits>"
+    text = repr(value)
+    if len(text) > _MAX_SHOWN:
+        return f"{text[:40]}...{text[-12:]}"
+    return text
 
 
 class FieldError(ProfileError):
@@ -41,11 +57,23 @@ def _is_number(value: object) -> bool:
 
 
 def _need_number(owner: str, field: str, value: object) -> float:
+    """The value as a float; refuses non-numbers, nan, and finite magnitudes outside
+    [MIN_MAGNITUDE, MAX_MAGNITUDE] (zero and infinities are left to the caller's rule)."""
     if not _is_number(value):
         raise FieldError(field, value, "must be a number", owner=owner)
-    number = float(value)  # type: ignore[arg-type]
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        number = math.inf
     if math.isnan(number):
         raise FieldError(field, value, "must be a number, not nan", owner=owner)
+    magnitude = abs(number)
+    if (magnitude > MAX_MAGNITUDE and not isinstance(value, float)) or MAX_MAGNITUDE < magnitude < math.inf:
+        raise FieldError(field, value, f"is out of range: magnitudes above {MAX_MAGNITUDE:g} are refused "
+                         "(check the unit in the key name)", owner=owner)
+    if 0 < magnitude < MIN_MAGNITUDE:
+        raise FieldError(field, value, f"is out of range: non-zero magnitudes below {MIN_MAGNITUDE:g} are "
+                         "refused (check the unit in the key name)", owner=owner)
     return number
 
 
@@ -92,6 +120,9 @@ def check_int_at_least(owner: str, field: str, value: object, minimum: int) -> N
         raise FieldError(field, value, "must be an integer", owner=owner)
     if value < minimum:
         raise FieldError(field, value, f"must be an integer >= {minimum}", owner=owner)
+    if value > MAX_MAGNITUDE:
+        raise FieldError(field, value, f"is out of range: integers above {MAX_MAGNITUDE:g} are refused",
+                         owner=owner)
 
 
 def check_choice(owner: str, field: str, value: object, choices: Iterable[str]) -> None:

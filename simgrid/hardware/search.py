@@ -10,14 +10,16 @@ data-files put it for a wheel install. In any folder a profile may sit in ``gpus
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import sysconfig
-import tomllib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
 from simgrid.errors import ProfileError
+from simgrid.io.inputs import decode_utf8, parse_toml, read_input_bytes, short_path
 
 ProfileKind = Literal["gpu", "node", "cluster"]
 PROFILE_KINDS: tuple[str, ...] = get_args(ProfileKind)
@@ -40,22 +42,23 @@ class ProfileInfo:
 
 
 def display_path(path: Path) -> str:
-    """A path as error messages show it: relative to the working directory when under it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, OSError):  # not under the working directory, or the directory is gone
-        return str(path)
+    """A path as error messages show it: relative to the working directory when under it, long ones elided."""
+    return short_path(path)
 
 
-def read_toml(path: Path) -> dict[str, Any]:
-    """Parse a TOML file; malformed TOML or an unreadable file becomes a ProfileError naming the file."""
-    try:
-        with path.open("rb") as handle:
-            return tomllib.load(handle)
-    except tomllib.TOMLDecodeError as exc:
-        raise ProfileError(f"{display_path(path)}: malformed TOML: {exc}") from None
-    except OSError as exc:
-        raise ProfileError(f"{display_path(path)}: cannot read profile: {exc.strerror or exc}") from None
+class ProfileWarning(UserWarning):
+    """A file on the profile search path was skipped (not a regular file, or malformed)."""
+
+
+def read_toml(path: Path, *, what: str = "profile file") -> dict[str, Any]:
+    """Parse a TOML profile; a file that is not a regular UTF-8 TOML file becomes a ProfileError naming it.
+
+    Only regular files are opened (a FIFO named ``x.toml`` would block forever); non-UTF-8 bytes, nesting
+    deeper than Python can parse and integers of thousands of digits are reported, not raised raw.
+    """
+    data = read_input_bytes(path, what=what, error=ProfileError)
+    text = decode_utf8(data, source=display_path(path), error=ProfileError)
+    return parse_toml(text, source=display_path(path), error=ProfileError)
 
 
 def builtin_profile_dir() -> Path:
@@ -82,8 +85,24 @@ def profile_search_path() -> list[Path]:
     return unique
 
 
+def _is_regular(path: Path) -> bool:
+    """Whether ``path`` is a regular file (following links); others are skipped with a warning."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as exc:
+        warnings.warn(f"skipping {display_path(path)} on the profile search path: {exc.strerror or exc}",
+                      ProfileWarning, stacklevel=4)
+        return False
+    if stat.S_ISREG(mode):
+        return True
+    what = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, socket or device)"
+    warnings.warn(f"skipping {display_path(path)} on the profile search path: it is {what}", ProfileWarning,
+                  stacklevel=4)
+    return False
+
+
 def _candidate_files(folder: Path) -> list[tuple[str | None, Path]]:
-    """(kind implied by the sub-folder or None, file) for every ``.toml`` in a search folder."""
+    """(kind implied by the sub-folder or None, file) for every regular ``.toml`` file in a search folder."""
     found: list[tuple[str | None, Path]] = []
     for kind in PROFILE_KINDS:
         sub = folder / f"{kind}s"
@@ -91,21 +110,48 @@ def _candidate_files(folder: Path) -> list[tuple[str | None, Path]]:
             found.extend((kind, path) for path in sorted(sub.glob("*.toml")))
     if folder.is_dir():
         found.extend((None, path) for path in sorted(folder.glob("*.toml")))
-    return found
+    return [(kind, path) for kind, path in found if _is_regular(path)]
 
 
-def _file_kind(path: Path) -> str:
-    kind = read_toml(path).get("kind")
-    return kind if isinstance(kind, str) else "?"
+@dataclass(frozen=True)
+class _Entry:
+    """One profile file on the search path, in search order."""
+
+    kind: str | None
+    """Its kind (from the sub-folder or its ``kind`` key); None when unreadable at the top of a folder."""
+    name: str
+    path: Path
+    problem: str | None = None
+    """Why it cannot be read (the ProfileError's message), or None."""
 
 
-def _index() -> dict[tuple[str, str], Path]:
-    """(kind, name) -> file, first match on the search path winning."""
-    index: dict[tuple[str, str], Path] = {}
+def _scan() -> list[_Entry]:
+    """Every profile file on the search path, first match first; unreadable files keep their error.
+
+    A broken file does not break the lookup of other names (built-in ones included): it is only an
+    error when it is the file asked for, and ``simgrid profiles`` lists it as skipped with a warning.
+    """
+    entries: list[_Entry] = []
     for folder in profile_search_path():
         for implied_kind, path in _candidate_files(folder):
-            kind = implied_kind or _file_kind(path)
-            index.setdefault((kind, path.stem), path)
+            if implied_kind is not None:
+                entries.append(_Entry(implied_kind, path.stem, path))
+                continue
+            try:
+                kind = read_toml(path).get("kind")
+            except ProfileError as exc:
+                entries.append(_Entry(None, path.stem, path, str(exc)))
+                continue
+            entries.append(_Entry(kind if isinstance(kind, str) else "?", path.stem, path))
+    return entries
+
+
+def _index(entries: list[_Entry] | None = None) -> dict[tuple[str, str], Path]:
+    """(kind, name) -> file of the readable profiles, first match on the search path winning."""
+    index: dict[tuple[str, str], Path] = {}
+    for entry in _scan() if entries is None else entries:
+        if entry.problem is None and entry.kind is not None:
+            index.setdefault((entry.kind, entry.name), entry.path)
     return index
 
 
@@ -113,12 +159,19 @@ def find_profile(name: str, kind: str, *, referrer: str = "") -> Path:
     """The file of profile ``name`` of ``kind``; a clear error for wrong kinds and unknown names.
 
     ``referrer`` (e.g. ``"nodes/x.toml: gpu = 'foo'"``) prefixes the message when another profile
-    refers to the missing one.
+    refers to the missing one. When the first file of that name on the search path cannot be read, its
+    error is raised (the user meant that file), rather than silently taking a later one.
     """
-    index = _index()
-    if (kind, name) in index:
-        return index[(kind, name)]
+    entries = _scan()
     lead = f"{referrer}: " if referrer else ""
+    for entry in entries:
+        if entry.name == name and entry.problem is not None and entry.kind in (None, kind):
+            raise ProfileError(f"{lead}{entry.problem}")
+        if entry.name == name and entry.kind == kind:
+            _warn_skipped(entries)
+            return entry.path
+    _warn_skipped(entries)
+    index = _index(entries)
     for other in PROFILE_KINDS:
         if (other, name) in index:
             raise ProfileError(
@@ -133,16 +186,36 @@ def find_profile(name: str, kind: str, *, referrer: str = "") -> Path:
     )
 
 
+def _warn_skipped(entries: list[_Entry]) -> None:
+    """One warning per unreadable file that a lookup passed over (a broken file is never skipped silently)."""
+    for entry in entries:
+        if entry.problem is not None:
+            warnings.warn(f"skipping a profile that cannot be read: {entry.problem}", ProfileWarning, stacklevel=3)
+
+
 def list_profiles() -> list[ProfileInfo]:
     """Every profile on the search path (shadowed duplicates omitted), sorted by kind then name.
 
-    A malformed file raises a ProfileError naming it, rather than silently disappearing from the list.
+    A file that cannot be read is skipped with a :class:`ProfileWarning` that names it and says why, so
+    one broken user file neither hides the others nor disappears silently.
     """
     infos: list[ProfileInfo] = []
-    for (kind, name), path in _index().items():
-        data = read_toml(path)
+    seen: set[tuple[str, str]] = set()
+    for entry in _scan():
+        if entry.problem is not None:
+            _warn_skipped([entry])
+            continue
+        try:
+            data = read_toml(entry.path)
+        except ProfileError as exc:
+            warnings.warn(f"skipping a profile that cannot be read: {exc}", ProfileWarning, stacklevel=2)
+            continue
+        kind = str(entry.kind)
+        if (kind, entry.name) in seen:
+            continue
+        seen.add((kind, entry.name))
         description = data.get("description", "")
-        infos.append(ProfileInfo(kind=str(data.get("kind", kind)), name=name,
-                                 description=str(description), path=path))
+        infos.append(ProfileInfo(kind=str(data.get("kind", kind)), name=entry.name,
+                                 description=str(description), path=entry.path))
     order = {k: i for i, k in enumerate(PROFILE_KINDS)}
     return sorted(infos, key=lambda info: (order.get(info.kind, len(order)), info.name))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from simgrid.errors import ProfileError
+from simgrid.hardware.attention import AttentionKernelTable
 from simgrid.hardware.measured import MeasuredTables
 from simgrid.hardware.rules import (
     FieldError,
@@ -55,12 +56,14 @@ def _freeze_sources(owner: str, obj: object) -> None:
 
 @dataclass(frozen=True, kw_only=True)
 class MatmulEfficiency:
-    """Fraction of peak a GEMM reaches, as a function of its smallest dimension.
+    """How fast the GEMM kernels run.
 
-    ``efficiency(m, n, k) = max_efficiency * relative(min(m, n, k))`` where ``relative`` is linear in
-    log2 of the smallest dimension between the curve's points and clamped outside them. Shipped
-    profiles take the curve from the H800 fp16 sweep over the inner dimension K in
-    shared/reference/hardware.md (throughput at K normalised to its K=8192 value).
+    With an output tile (``tile_m`` x ``tile_n``) and the GPU's ``sm_count`` the cost model prices each GEMM
+    by its full shape (:mod:`simgrid.costs.gemm`): tiles quantised onto waves of SMs, each tile's main loop
+    at ``max_efficiency`` of peak and its epilogue (the output write) at HBM speed. Without a tile (a
+    calibrated or hand-written legacy profile) ``efficiency(m, n, k) = max_efficiency *
+    relative(min(m, n, k))``, ``relative`` linear in log2 of the smallest dimension between the curve's
+    points and clamped outside them.
     """
 
     max_efficiency: float
@@ -68,10 +71,24 @@ class MatmulEfficiency:
     min_dim: tuple[int, ...] = (1,)
     """Smallest GEMM dimension at each curve point, strictly ascending, >= 1."""
     relative: tuple[float, ...] = (1.0,)
-    """Efficiency relative to ``max_efficiency`` at each ``min_dim``, each in (0, 1]."""
+    """Efficiency relative to ``max_efficiency`` at each ``min_dim``, each in (0, 1] (legacy curve)."""
+    tile_m: int = 0
+    """Rows of the output tile one thread block (CTA) computes; 0 = no tile model (use the legacy curve)."""
+    tile_n: int = 0
+    """Columns of that tile; the cost model also tries the transposed tile, as cuBLAS has both."""
+
+    @property
+    def tiled(self) -> bool:
+        """Whether the profile gives an output tile (the full-shape GEMM model applies)."""
+        return self.tile_m > 0 and self.tile_n > 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "min_dim", tuple(self.min_dim))
+        for name in ("tile_m", "tile_n"):
+            check_int_at_least("MatmulEfficiency", name, getattr(self, name), 0)
+        if (self.tile_m > 0) != (self.tile_n > 0):
+            raise FieldError("tile_n", self.tile_n, f"must be given together with tile_m (tile_m = {self.tile_m})",
+                             owner="MatmulEfficiency")
         object.__setattr__(self, "relative", tuple(self.relative))
         check_fraction("MatmulEfficiency", "max_efficiency", self.max_efficiency)
         if not self.min_dim:
@@ -129,10 +146,19 @@ class GPUSpec:
     """Dense peak TFLOP/s per dtype (fp32, tf32, bf16, fp16, fp8 where the GPU has it)."""
     matmul: MatmulEfficiency
     """GEMM efficiency by shape."""
+    sm_count: int | None = None
+    """Streaming multiprocessors: the waves GEMM tiles are quantised onto; ``None`` = no wave model."""
+    sustained_clock_fraction: float = 1.0
+    """Share of the benchmarks' (burst) tensor-core throughput the GPU sustains in long GEMM-heavy phases,
+    where the power limit holds the SM clock below boost; applies to GEMM and fused-attention time."""
+    fused_attention: Mapping[str, AttentionKernelTable] = field(default_factory=dict)
+    """Published fused-attention speed by kernel family (``fa2``, ``fa3``), sequence length and head dim."""
+    attention_kernel: str | None = None
+    """Kernel family used when the layout asks for ``auto``; must name a table of ``fused_attention``."""
     fused_attention_efficiency: float | None = None
-    """Fraction of the dtype's peak a fused attention kernel (FlashAttention) sustains over its forward and
-    backward; ``None``: not measured for this GPU, and the GEMM plateau ``matmul.max_efficiency`` stands in
-    (optimistic: a fused core also does the softmax on the CUDA cores)."""
+    """Fraction of the dtype's peak a fused attention kernel (FlashAttention) reaches over its forward and
+    backward, used when no ``fused_attention`` table covers the kernel asked for; ``None``: the GEMM plateau
+    ``matmul.max_efficiency`` stands in (optimistic: a fused core also does the softmax on the CUDA cores)."""
     kernel_overhead_us: float
     """Launch plus tail time added to every kernel, in microseconds."""
     comm_compute_slowdown: float
@@ -157,6 +183,18 @@ class GPUSpec:
             raise FieldError("matmul", self.matmul, "must be a MatmulEfficiency", owner="GPUSpec")
         if self.fused_attention_efficiency is not None:
             check_fraction("GPUSpec", "fused_attention_efficiency", self.fused_attention_efficiency)
+        if self.sm_count is not None:
+            check_int_at_least("GPUSpec", "sm_count", self.sm_count, 1)
+        check_fraction("GPUSpec", "sustained_clock_fraction", self.sustained_clock_fraction)
+        for name, table in self.fused_attention.items():
+            if not isinstance(table, AttentionKernelTable) or table.name != name:
+                raise FieldError(f"fused_attention.{name}", table, f"must be an AttentionKernelTable named {name!r}",
+                                 owner="GPUSpec")
+        object.__setattr__(self, "fused_attention", FrozenMapping(self.fused_attention))
+        if self.attention_kernel is not None and self.attention_kernel not in self.fused_attention:
+            known = ", ".join(sorted(self.fused_attention)) or "none"
+            raise FieldError("attention_kernel", self.attention_kernel,
+                             f"must name a fused_attention table (this GPU has: {known})", owner="GPUSpec")
         check_non_negative("GPUSpec", "kernel_overhead_us", self.kernel_overhead_us)
         check_slowdown("GPUSpec", "comm_compute_slowdown", self.comm_compute_slowdown)
         _freeze_sources("GPUSpec", self)

@@ -87,15 +87,25 @@ def _gpu(doc: _Document, gpu: GPUSpec, prefix: str, *, top: bool) -> None:
              "hbm_bandwidth_GBps": float(gpu.hbm_bandwidth_GBps), "hbm_efficiency": float(gpu.hbm_efficiency),
              "kernel_overhead_us": float(gpu.kernel_overhead_us),
              "comm_compute_slowdown": float(gpu.comm_compute_slowdown),
-             "fused_attention_efficiency": gpu.fused_attention_efficiency}  # None: not written
+             "fused_attention_efficiency": gpu.fused_attention_efficiency,  # None: not written
+             "sustained_clock_fraction": float(gpu.sustained_clock_fraction), "sm_count": gpu.sm_count}
     if top:
         doc.pairs(items)
     else:
         doc.table(prefix.rstrip("."), items)
     doc.table(prefix + "peak_tflops", {k: float(v) for k, v in gpu.peak_tflops.items()})
-    doc.table(prefix + "matmul", {"max_efficiency": float(gpu.matmul.max_efficiency),
-                                  "min_dim": gpu.matmul.min_dim,
-                                  "relative": tuple(float(r) for r in gpu.matmul.relative)})
+    matmul: dict[str, object] = {"max_efficiency": float(gpu.matmul.max_efficiency), "min_dim": gpu.matmul.min_dim,
+                                 "relative": tuple(float(r) for r in gpu.matmul.relative)}
+    if gpu.matmul.tiled:
+        matmul.update(tile_m=gpu.matmul.tile_m, tile_n=gpu.matmul.tile_n)
+    doc.table(prefix + "matmul", matmul)
+    if gpu.fused_attention:
+        doc.table(prefix + "fused_attention", {"default": gpu.attention_kernel})  # None: not written
+        for name, table in gpu.fused_attention.items():
+            doc.table(prefix + f"fused_attention.{name}", {
+                "seq_len": table.seq_len, "head_dim": table.head_dim,
+                "fwd_causal_tflops": table.fwd_causal_tflops, "fwd_tflops": table.fwd_tflops,
+                "bwd_tflops": table.bwd_tflops})
     if gpu.sources:
         doc.table(prefix + "sources", dict(gpu.sources))
 
@@ -160,8 +170,18 @@ def to_toml(spec: ClusterSpec | NodeSpec | GPUSpec) -> str:
 
 
 def write_profile(spec: ClusterSpec | NodeSpec | GPUSpec, path: str | Path) -> Path:
-    """Write :func:`to_toml` of ``spec`` to ``path`` (parent folders created); returns the path."""
+    """Write :func:`to_toml` of ``spec`` to ``path`` atomically (parent folders created); returns the path.
+
+    The file appears complete or not at all (a temporary file in the folder, then a rename), so a failed
+    calibration never leaves a truncated profile for ``validate`` to read.
+    """
+    from simgrid.io.atomic import atomic_write_text
+
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(to_toml(spec), encoding="utf-8")
+    text = to_toml(spec)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ProfileError(f"{target}: cannot create the folder {target.parent}: {exc.strerror or exc}") from None
+    atomic_write_text(target, text, flag="profile", error=ProfileError)
     return target

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from simgrid.errors import LayoutError, ModelError, ProgramError
@@ -26,6 +24,7 @@ from simgrid.ir.ops import Op
 from simgrid.ir.program import Program
 from simgrid.ir.text import format_ranks, parse_op
 from simgrid.layout.spec import Layout
+from simgrid.limits import MAX_OPS, MAX_WORLD_SIZE
 from simgrid.model.spec import ModelSpec
 
 PROGRAM_FORMAT = "simgrid-program"
@@ -94,6 +93,11 @@ def program_from_dict(data: Any, source: str = "<program>") -> Program:
     ranks_data = data["ranks"]
     if not isinstance(ranks_data, list):
         raise ProgramError(f"{source}: ranks must be a list (one list of op lines per rank)")
+    if len(ranks_data) > MAX_WORLD_SIZE:
+        raise ProgramError(f"{source}: ranks has {len(ranks_data):,} entries; the limit is {MAX_WORLD_SIZE:,} ranks")
+    total_ops = sum(len(lines) for lines in ranks_data if isinstance(lines, list))
+    if total_ops > MAX_OPS:
+        raise ProgramError(f"{source}: the ranks hold {total_ops:,} ops; the limit is {MAX_OPS:,}")
     ranks: list[tuple[Op, ...]] = []
     memo: dict[str, Op] = {}  # equal lines parse to equal (immutable) ops, so share them
     for rank, lines in enumerate(ranks_data):
@@ -117,42 +121,28 @@ def program_from_dict(data: Any, source: str = "<program>") -> Program:
 
 def program_from_json(text: str, source: str = "<file>") -> Program:
     """Parse a program from JSON text; ``source`` names the file in error messages."""
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProgramError(
-            f"{source}: not valid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno}); "
-            "a program file is the JSON written by save_program"
-        ) from None
+    from simgrid.io.inputs import parse_json
+
+    data = parse_json(text, source=source, error=ProgramError)
     return program_from_dict(data, source)
 
 
-def save_program(program: Program, path: str | os.PathLike[str]) -> None:
-    """Write a program file atomically: a temporary file in the same directory, then a rename."""
-    target = Path(path)
-    text = program_to_json(program)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, target)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+def save_program(program: Program, path: str | os.PathLike[str], *, flag: str = "program file") -> None:
+    """Write a program file atomically: a temporary file in the same directory, then a rename.
+
+    A failure (a missing directory, a full disk) raises a ProgramError naming ``flag`` and leaves nothing.
+    """
+    from simgrid.io.atomic import atomic_write_text
+
+    atomic_write_text(path, program_to_json(program), flag=flag, error=ProgramError)
 
 
 def load_program(path: str | os.PathLike[str]) -> Program:
-    """Read a program file written by :func:`save_program`."""
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ProgramError(f"{source}: no such program file; check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProgramError(f"{source}: cannot read the program file ({exc})") from None
-    return program_from_json(text, source)
+    """Read a program file written by :func:`save_program` (a regular UTF-8 JSON file)."""
+    from simgrid.io.inputs import read_input_text, short_path
+
+    text = read_input_text(path, what="program file", error=ProgramError)
+    return program_from_json(text, short_path(path))
 
 
 def _spec(value: Any, cls: type[ModelSpec] | type[Layout], key: str, source: str) -> Any:

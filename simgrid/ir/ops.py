@@ -78,6 +78,13 @@ class Compute:
     attention-kernel efficiency, not at the GEMM shape's; 0 for an unfused core and outside attention."""
     kernels: int = 1
     """Kernel launches this op stands for (per-kernel overhead)."""
+    gemms: tuple[tuple[int, int, int, int], ...] = ()
+    """Every matrix multiply of the op as ``(m, n, k, count)``: ``count`` GEMMs of an ``(m x k) @ (k x n)``
+    product launched one after another (a batched GEMM is one GEMM stacked along ``m``), whose ``2 m n k count`` FLOPs sum to ``flops - attention_flops``; the
+    cost model prices each by its shape. Empty: one GEMM of shape ``gemm_mnk`` stands for all of them."""
+    attention_shape: tuple[int, int, int] = (0, 0, 0)
+    """``(query tokens, key tokens, head dim)`` per sequence of the fused attention core, for the GPU
+    profile's attention-speed table; zeros when the op has no fused core."""
     device: Device = "gpu"
     """Where it runs: ``cpu`` for an optimizer offloaded to the host."""
 

@@ -16,12 +16,14 @@ Fields with a default are written only when they differ from it. Integers are wr
 floats with ``repr`` (so ``parse_op(format_op(op)) == op`` exactly, int/float type included: a token that
 is a plain integer parses as ``int``). Strings are written bare unless empty, containing whitespace or
 non-printable characters, or a ``"``; then they are JSON-quoted (``label="a b"``).
-Structured fields: ``key=SRC>DST:DIR:MB``, ``blocks=START:END``, ``gemm=MxNxK``.
+Structured fields: ``key=SRC>DST:DIR:MB``, ``blocks=START:END``, ``gemm=MxNxK``, ``attnshape=SQxSKVxD``
+and ``gemms=MxNxKxCOUNT,...`` (every matrix multiply of a compute op).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -49,6 +51,7 @@ _INT_RE = re.compile(r"[+-]?[0-9]+")
 _KEY_RE = re.compile(r"(-?[0-9]+)>(-?[0-9]+):([FB]):(-?[0-9]+)")
 _BLOCKS_RE = re.compile(r"(-?[0-9]+):(-?[0-9]+)")
 _GEMM_RE = re.compile(r"(-?[0-9]+)x(-?[0-9]+)x(-?[0-9]+)")
+_GEMMS_RE = re.compile(r"([0-9]+)x([0-9]+)x([0-9]+)x([0-9]+)")
 _JSON = json.JSONDecoder()
 
 
@@ -63,31 +66,51 @@ class _Codec:
     decode: Callable[[str], Any]
 
 
+#: Integers in op lines are 64-bit (what torch and NCCL count bytes in); longer digit strings are refused
+#: before conversion, so a 5,000-digit number is a one-line error, not Python's digit-limit ValueError.
+MAX_TEXT_INT = 2**63 - 1
+
+
 def _enc_int(v: Any) -> str:
     if not isinstance(v, int) or isinstance(v, bool):
         raise _BadValue("an integer")
+    if abs(v) > MAX_TEXT_INT:
+        raise _BadValue(f"an integer within +-{MAX_TEXT_INT} (64-bit)")
     return str(v)
+
+
+def _int_token(s: str) -> int:
+    if len(s.lstrip("+-")) > 19 or abs(value := int(s)) > MAX_TEXT_INT:
+        raise _BadValue(f"an integer within +-{MAX_TEXT_INT} (64-bit)")
+    return value
 
 
 def _dec_int(s: str) -> int:
     if not _INT_RE.fullmatch(s):
         raise _BadValue("an integer")
-    return int(s)
+    return _int_token(s)
 
 
 def _enc_num(v: Any) -> str:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise _BadValue("a number")
-    return str(v) if isinstance(v, int) else repr(v)
+    if isinstance(v, int):
+        return _enc_int(v)
+    if not math.isfinite(v):
+        raise _BadValue("a finite number (not nan or inf)")
+    return repr(v)
 
 
 def _dec_num(s: str) -> int | float:
     if _INT_RE.fullmatch(s):
-        return int(s)
+        return _int_token(s)
     try:
-        return float(s)
+        value = float(s)
     except ValueError:
         raise _BadValue("a number (integer or float such as 1.5e9)") from None
+    if not math.isfinite(value):
+        raise _BadValue("a finite number (not nan or inf)")
+    return value
 
 
 def _needs_quotes(s: str) -> bool:
@@ -131,7 +154,8 @@ def _dec_key(s: str) -> P2PKey:
     m = _KEY_RE.fullmatch(s)
     if not m:
         raise _BadValue("SRC>DST:DIR:MB, e.g. 0>1:F:3 (stages, direction F or B, micro-batch)")
-    return P2PKey(src_stage=int(m[1]), dst_stage=int(m[2]), direction=m[3], microbatch=int(m[4]))  # type: ignore[arg-type]
+    return P2PKey(src_stage=_int_token(m[1]), dst_stage=_int_token(m[2]), direction=m[3],  # type: ignore[arg-type]
+                  microbatch=_int_token(m[4]))
 
 
 def _enc_blocks(v: Any) -> str:
@@ -142,7 +166,7 @@ def _dec_blocks(s: str) -> tuple[int, int]:
     m = _BLOCKS_RE.fullmatch(s)
     if not m:
         raise _BadValue("START:END sub-block range, e.g. 3:5")
-    return int(m[1]), int(m[2])
+    return _int_token(m[1]), _int_token(m[2])
 
 
 def _enc_gemm(v: Any) -> str:
@@ -155,7 +179,7 @@ def _dec_gemm(s: str) -> tuple[int, int, int]:
     m = _GEMM_RE.fullmatch(s)
     if not m:
         raise _BadValue("MxNxK, e.g. 2048x3072x768")
-    return int(m[1]), int(m[2]), int(m[3])
+    return _int_token(m[1]), _int_token(m[2]), _int_token(m[3])
 
 
 _INT = _Codec("an integer", _enc_int, _dec_int)
@@ -164,6 +188,25 @@ _STR = _Codec("a string (JSON-quoted if it has spaces)", _enc_str, _dec_str)
 _KEY = _Codec("SRC>DST:DIR:MB", _enc_key, _dec_key)
 _BLOCKS = _Codec("START:END", _enc_blocks, _dec_blocks)
 _GEMM = _Codec("MxNxK", _enc_gemm, _dec_gemm)
+
+
+def _enc_gemms(v: Any) -> str:
+    if not isinstance(v, tuple) or not v or not all(isinstance(g, tuple) and len(g) == 4 for g in v):
+        raise _BadValue("a non-empty tuple of (M, N, K, COUNT) tuples")
+    return ",".join("x".join(_enc_int(x) for x in g) for g in v)
+
+
+def _dec_gemms(s: str) -> tuple[tuple[int, int, int, int], ...]:
+    out = []
+    for part in s.split(","):
+        m = _GEMMS_RE.fullmatch(part)
+        if not m:
+            raise _BadValue("MxNxKxCOUNT[,MxNxKxCOUNT...], e.g. 2048x3072x768x1,2048x2048x64x32")
+        out.append((int(m[1]), int(m[2]), int(m[3]), int(m[4])))
+    return tuple(out)
+
+
+_GEMMS = _Codec("MxNxKxCOUNT[,...]", _enc_gemms, _dec_gemms)
 
 _REQUIRED = object()
 
@@ -193,6 +236,8 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
         _f("gemm", "gemm_mnk", _GEMM, (0, 0, 0)),
         _f("attn", "attention_flops", _NUM, 0.0),
         _f("kernels", "kernels", _INT, 1),
+        _f("gemms", "gemms", _GEMMS, ()),
+        _f("attnshape", "attention_shape", _GEMM, (0, 0, 0)),
         _f("device", "device", _choice(("gpu", "cpu")), "gpu"),
     ),
     Send: (_f("peer", "peer", _INT), _f("bytes", "bytes", _INT), _f("key", "key", _KEY), _f("handle", "handle", _STR)),
@@ -298,19 +343,19 @@ def _tokenize(line: str, where: str) -> list[tuple[str, bool]]:
         if j < n and line[j] == '"':
             if j == i or line[j - 1] != "=":
                 raise ProgramError(
-                    f"{where}cannot parse op {line!r}: stray quote at column {j + 1}; "
+                    f"{where}cannot parse op {_shown(line)}: stray quote at column {j + 1}; "
                     'expected quotes only around a whole value, as in label="a b"'
                 )
             try:
                 value, end = _JSON.raw_decode(line, j)
             except json.JSONDecodeError:
                 raise ProgramError(
-                    f"{where}cannot parse op {line!r}: unterminated or malformed quoted value at column "
+                    f"{where}cannot parse op {_shown(line)}: unterminated or malformed quoted value at column "
                     f'{j + 1}; expected a JSON string such as "a b"'
                 ) from None
             if not isinstance(value, str) or (end < n and not line[end].isspace()):
                 raise ProgramError(
-                    f"{where}cannot parse op {line!r}: bad quoted value at column {j + 1}; "
+                    f"{where}cannot parse op {_shown(line)}: bad quoted value at column {j + 1}; "
                     "expected a JSON string followed by a space or the end of the line"
                 )
             tokens.append((line[i:j] + value, True))
@@ -330,7 +375,7 @@ def parse_op(line: str, where: str = "") -> Op:
     entry = None if head_quoted else _MNEMONICS.get(head)
     if entry is None:
         raise ProgramError(
-            f"{where}cannot parse op {line!r}: unknown op {head!r}; expected one of {', '.join(_MNEMONICS)}"
+            f"{where}cannot parse op {_shown(line)}: unknown op {head!r}; expected one of {', '.join(_MNEMONICS)}"
         )
     cls, kwargs = entry
     kwargs = dict(kwargs)
@@ -339,21 +384,21 @@ def parse_op(line: str, where: str = "") -> Op:
     for tok, quoted in tokens[1:]:
         key, eq, raw = tok.partition("=")
         if not eq:
-            raise ProgramError(f"{where}cannot parse op {line!r}: token {tok!r} is not key=value")
+            raise ProgramError(f"{where}cannot parse op {_shown(line)}: token {_shown(tok)} is not key=value")
         f = fields.get(key)
         if f is None:
             raise ProgramError(
-                f"{where}cannot parse op {line!r}: unknown field {key!r} for {head}; expected {', '.join(fields)}"
+                f"{where}cannot parse op {_shown(line)}: unknown field {key!r} for {head}; expected {', '.join(fields)}"
             )
         if key in seen:
-            raise ProgramError(f"{where}cannot parse op {line!r}: field {key!r} given twice")
+            raise ProgramError(f"{where}cannot parse op {_shown(line)}: field {key!r} given twice")
         seen.add(key)
         if quoted and f.codec is not _STR:
-            raise ProgramError(f"{where}cannot parse op {line!r}: field {key!r} must be {f.codec.expected}, unquoted")
+            raise ProgramError(f"{where}cannot parse op {_shown(line)}: field {key!r} must be {f.codec.expected}, unquoted")
         try:
             value = f.codec.decode(raw)
         except _BadValue as exc:
-            raise ProgramError(f"{where}cannot parse op {line!r}: {key}={raw!r} is not valid; expected {exc}") from None
+            raise ProgramError(f"{where}cannot parse op {_shown(line)}: {key}={_shown(raw)} is not valid; expected {exc}") from None
         if len(f.attrs) == 1:
             kwargs[f.attrs[0]] = value
         else:
@@ -361,11 +406,20 @@ def parse_op(line: str, where: str = "") -> Op:
     missing = [k for k, f in fields.items() if f.default is _REQUIRED and k not in seen]
     if missing:
         raise ProgramError(
-            f"{where}cannot parse op {line!r}: {head} is missing field(s) {', '.join(missing)}; "
+            f"{where}cannot parse op {_shown(line)}: {head} is missing field(s) {', '.join(missing)}; "
             f"expected fields {', '.join(fields)}"
         )
-    op: Op = cls(**kwargs)
+    try:
+        op: Op = cls(**kwargs)
+    except ProgramError as exc:
+        raise ProgramError(f"{where}cannot parse op {_shown(line)}: {exc}") from None
     return op
+
+
+def _shown(text: str, limit: int = 120) -> str:
+    """``repr(text)``, elided in the middle when long (a 1 MB line must not flood the terminal)."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else f"{shown[: limit - 40]}...{shown[-30:]} ({len(text):,} characters)"
 
 
 def short_op(op: Op, width: int = 24) -> str:

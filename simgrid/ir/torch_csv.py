@@ -118,13 +118,16 @@ class Action:
         m = _ACTION_RE.fullmatch(text.strip())
         if not m:
             raise ProgramError(
-                f"{where}bad pipeline action {text!r}; expected [stage][type][microbatch] such as 1F0, 0I3, "
+                f"{where}bad pipeline action {_shown(text)}; expected [stage][type][microbatch] such as 1F0, 0I3, "
                 f"2W1, 1B2 or 3SEND_F1, with type one of {', '.join(ACTION_KINDS)}"
             )
+        if len(m[1]) > 9 or len(m[3]) > 9:  # 10^9 stages or micro-batches: a corrupted file, not a schedule
+            raise ProgramError(f"{where}bad pipeline action {_shown(text)}: stage and micro-batch must have at most "
+                               "9 digits")
         try:
             return cls(int(m[1]), m[2], int(m[3]) if m[3] else -1)
         except ProgramError as exc:
-            raise ProgramError(f"{where}bad pipeline action {text!r}: {exc}") from None
+            raise ProgramError(f"{where}bad pipeline action {_shown(text)}: {exc}") from None
 
 
 def pipeline_ranks(program: Program) -> list[int]:
@@ -229,15 +232,23 @@ def to_torch_csv(program: Program, format: Literal["compute_only", "compute_comm
     raise ProgramError(f"to_torch_csv: format = {format!r}; use 'compute_only' or 'compute_comms'")
 
 
-def _read_rows(text: str) -> list[list[str]]:
-    return list(csv.reader(io.StringIO(text, newline="")))
+def _read_rows(text: str, source: str) -> list[list[str]]:
+    try:
+        return list(csv.reader(io.StringIO(text, newline="")))
+    except csv.Error as exc:  # e.g. a cell longer than csv's field limit (128 KiB), a NUL byte
+        raise ProgramError(f"{source}: not a readable CSV ({exc})") from None
+
+
+def _shown(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 80 else f"{shown[:50]}...{shown[-20:]} ({len(text):,} characters)"
 
 
 def cells_from_csv(text: str, source: str = "<csv>") -> list[list[Action | None]]:
     """Parse torch's schedule CSV cell by cell: per rank (row), its actions with ``None`` for each idle
     step (empty cell), so that :func:`actions_to_csv` writes torch's own dump back byte for byte."""
     out: list[list[Action | None]] = []
-    for rank, row in enumerate(_read_rows(text)):
+    for rank, row in enumerate(_read_rows(text, source)):
         out.append([
             Action.parse(cell, f"{source}: rank {rank} (row {rank + 1}), column {column + 1}: ") if cell.strip()
             else None
@@ -260,7 +271,7 @@ def from_csv(text: str, source: str = "<csv>") -> tuple[tuple[Op, ...], ...]:
     """Per-rank op lists from :func:`to_csv` output (pass them as ``Program(ranks=...)``)."""
     ranks: list[tuple[Op, ...]] = []
     memo: dict[str, Op] = {}
-    for rank, row in enumerate(_read_rows(text)):
+    for rank, row in enumerate(_read_rows(text, source)):
         ops: list[Op] = []
         for index, cell in enumerate(row):
             op = memo.get(cell)

@@ -20,6 +20,9 @@ from simgrid.layout.spec import Layout
 
 MAX_PROBLEMS = 50
 """Problems listed in one error; the rest are counted."""
+MAX_OP_BYTES = 2**44
+"""Largest message or buffer one op may name (16 TiB): more than any device's memory, so a larger value is
+a corrupted or hand-edited file (the executor would try to allocate it)."""
 
 _ROOTED = ("broadcast", "reduce")
 
@@ -35,7 +38,7 @@ class _Problems:
             self.items.append(message)
 
     def at(self, rank: int, index: int, op: Op, message: str) -> None:
-        self.add(f"rank {rank} op {index} `{format_op(op)}`: {message}")
+        self.add(f"rank {rank} op {index} `{_op_text(op)}`: {message}")
 
     def raise_if_any(self) -> None:
         if not self.total:
@@ -45,6 +48,14 @@ class _Problems:
         if self.total > len(self.items):
             lines.append(f"  ... and {self.total - len(self.items)} more")
         raise ProgramError("\n".join(lines))
+
+
+def _op_text(op: Op) -> str:
+    """The op's text form, or its repr when a field cannot be written (an infinite cost, a huge integer)."""
+    try:
+        return format_op(op)
+    except ProgramError:
+        return repr(op)
 
 
 def validate_program(program: Program) -> None:
@@ -91,8 +102,7 @@ def _check_ops(program: Program, problems: _Problems) -> None:
                     )
                 else:
                     issued[handle] = index
-                if op.bytes < 0:  # type: ignore[union-attr]
-                    problems.at(rank, index, op, "bytes must be >= 0")
+                _check_bytes(rank, index, op, op.bytes, problems)  # type: ignore[union-attr]
             if isinstance(op, Compute):
                 _check_compute(rank, index, op, problems, max_block, layout)
             elif isinstance(op, (Send, Recv)):
@@ -142,8 +152,7 @@ def _check_ops(program: Program, problems: _Problems) -> None:
                 else:
                     waited[op.handle] = index
             elif isinstance(op, Alloc):
-                if op.bytes < 0:
-                    problems.at(rank, index, op, "bytes must be >= 0")
+                _check_bytes(rank, index, op, op.bytes, problems)
                 if op.name in live:
                     problems.at(
                         rank,
@@ -167,6 +176,14 @@ def _check_ops(program: Program, problems: _Problems) -> None:
                 problems.at(rank, index, op, "direction must be d2h or h2d")
 
 
+def _check_bytes(rank: int, index: int, op: Op, size: int, problems: _Problems) -> None:
+    if size < 0:
+        problems.at(rank, index, op, "bytes must be >= 0")
+    elif size > MAX_OP_BYTES:
+        problems.at(rank, index, op, f"bytes = {size} is above the limit of {MAX_OP_BYTES} (16 TiB, more than any "
+                    "device's memory); check the value")
+
+
 def _check_compute(
     rank: int, index: int, op: Compute, problems: _Problems, max_block: int | None, layout: Layout | None
 ) -> None:
@@ -182,8 +199,15 @@ def _check_compute(
     if op.attention_flops > op.flops:
         problems.at(rank, index, op, f"attn = {op.attention_flops!r} exceeds flops = {op.flops!r}; the fused "
                     "attention FLOPs are a part of the op's flops")
-    if op.kernels < 0 or any(x < 0 for x in op.gemm_mnk):
-        problems.at(rank, index, op, "kernels and gemm sizes must be >= 0")
+    if op.kernels < 0 or any(x < 0 for x in op.gemm_mnk) or any(x < 0 for x in op.attention_shape):
+        problems.at(rank, index, op, "kernels, gemm and attnshape sizes must be >= 0")
+    if op.gemms:
+        gemm_flops = sum(2.0 * m * n * k * c for m, n, k, c in op.gemms)
+        if any(x <= 0 for g in op.gemms for x in g):
+            problems.at(rank, index, op, "every gemms entry needs M, N, K and COUNT >= 1")
+        elif not math.isclose(gemm_flops, op.flops - op.attention_flops, rel_tol=1e-6):
+            problems.at(rank, index, op, f"gemms add up to {gemm_flops!r} FLOPs but flops - attn = "
+                        f"{op.flops - op.attention_flops!r}; list every matrix multiply of the op")
     if op.kind != "OPT":
         if op.stage < 0 or op.microbatch < 0:
             problems.at(rank, index, op, f"{op.kind} needs stage >= 0 and mb >= 0")
@@ -230,8 +254,8 @@ def _compare_sequences(
     for n, ((i, a), (j, b)) in enumerate(zip(ref_seq, seq, strict=False)):
         if _signature(a) != _signature(b):
             problems.add(
-                f"group {group!r}: collective #{n} differs between members: rank {ref} op {i} `{format_op(a)}` "
-                f"vs rank {other} op {j} `{format_op(b)}` (kind, bytes, root and count must agree)"
+                f"group {group!r}: collective #{n} differs between members: rank {ref} op {i} `{_op_text(a)}` "
+                f"vs rank {other} op {j} `{_op_text(b)}` (kind, bytes, root and count must agree)"
             )
             return
     if len(ref_seq) != len(seq):
@@ -241,7 +265,7 @@ def _compare_sequences(
         i, op = extra[n]
         problems.add(
             f"group {group!r}: rank {longer} issues {len(extra)} collectives on it but rank {shorter} only "
-            f"{n}; rank {longer} op {i} `{format_op(op)}` has no counterpart on rank {shorter}"
+            f"{n}; rank {longer} op {i} `{_op_text(op)}` has no counterpart on rank {shorter}"
         )
 
 
@@ -273,9 +297,9 @@ def _check_point_to_point(program: Program, problems: _Problems) -> None:
                 ops_a, ops_b = program.ranks[a], program.ranks[b]
                 problems.add(
                     f"ranks {a} and {b} meet their transfers in different orders: on rank {a} op {i0} "
-                    f"`{format_op(ops_a[i0])}` comes before op {i1} `{format_op(ops_a[i1])}`, but on rank {b} "
-                    f"their partners come the other way round (op {j1} `{format_op(ops_b[j1])}` before op {j0} "
-                    f"`{format_op(ops_b[j0])}`); order the sends and receives between two ranks the same way "
+                    f"`{_op_text(ops_a[i0])}` comes before op {i1} `{_op_text(ops_a[i1])}`, but on rank {b} "
+                    f"their partners come the other way round (op {j1} `{_op_text(ops_b[j1])}` before op {j0} "
+                    f"`{_op_text(ops_b[j0])}`); order the sends and receives between two ranks the same way "
                     "on both sides"
                 )
                 break

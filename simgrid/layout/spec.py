@@ -22,6 +22,8 @@ RecomputePolicy = Literal["none", "selective", "full"]
 Precision = Literal["bf16", "fp16", "fp32"]
 OptimizerName = Literal["adam", "adam-8bit", "sgd"]
 DataParallelMode = Literal["allreduce", "parameter-server"]
+AttentionKernel = Literal["auto", "fa2", "fa3"]
+KernelFusion = Literal["fused", "eager", "eager-fused-norm"]
 ZeroImpl = Literal["deepspeed", "fsdp2"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
@@ -29,6 +31,8 @@ RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 OPTIMIZERS: tuple[str, ...] = get_args(OptimizerName)
 DP_MODES: tuple[str, ...] = get_args(DataParallelMode)
+ATTENTION_KERNEL_CHOICES: tuple[str, ...] = get_args(AttentionKernel)
+KERNEL_FUSIONS: tuple[str, ...] = get_args(KernelFusion)
 ZERO_IMPLS: tuple[str, ...] = get_args(ZeroImpl)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need
@@ -76,6 +80,16 @@ class Layout:
     """Fused attention core (FlashAttention; Dao et al. 2022, Dao 2023): the s x s scores never reach HBM
     or the saved activations, and the backward recomputes Q K^T in its place. Off by default, as in the
     Megatron-LM runs the validation reproduces."""
+    attention_kernel: AttentionKernel = "auto"
+    """Which fused-attention kernel family runs the core when ``flash_attention`` is on: ``fa2``
+    (FlashAttention-2, e.g. PyTorch SDPA's flash backend), ``fa3`` (FlashAttention-3; cuDNN's fused
+    attention in Transformer Engine runs at a similar speed on H100) or ``auto`` (the GPU profile's default)."""
+    kernel_fusion: KernelFusion = "fused"
+    """How the element-wise work between the GEMMs runs: ``fused`` (Megatron-LM / Transformer Engine fused
+    kernels, or torch.compile), ``eager`` (PyTorch eager, one kernel per op as torchtitan's Llama code
+    writes it: fp32 RMSNorm chain, complex rotary, SiLU then multiply, separate Q/K/V and gate/up
+    projections, a copy of the attention output) or ``eager-fused-norm`` (eager with a fused RMSNorm
+    kernel, torchtitan's ``fused_rmsnorm``)."""
     precision: Precision = "bf16"
     """Parameter/activation dtype; bf16/fp16 imply mixed precision with fp32 master weights."""
     optimizer: OptimizerName = "adam"
@@ -111,7 +125,14 @@ class Layout:
         _choice("precision", self.precision, PRECISIONS)
         _choice("optimizer", self.optimizer, OPTIMIZERS)
         _choice("dp_mode", self.dp_mode, DP_MODES)
+        _choice("attention_kernel", self.attention_kernel, ATTENTION_KERNEL_CHOICES)
+        _choice("kernel_fusion", self.kernel_fusion, KERNEL_FUSIONS)
         _choice("zero_impl", self.zero_impl, ZERO_IMPLS)
+        for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce"):
+            if not isinstance(getattr(self, flag), bool):
+                raise LayoutError(f"layout: {flag} = {getattr(self, flag)!r} must be true or false")
+        if isinstance(self.bucket_size_MB, bool) or not isinstance(self.bucket_size_MB, int | float):
+            raise LayoutError(f"layout: bucket_size_MB = {self.bucket_size_MB!r} must be a number of MB")
         if not self.bucket_size_MB > 0:
             raise LayoutError(f"layout: bucket_size_MB = {self.bucket_size_MB!r} must be > 0")
         if self.schedule is None:
@@ -168,6 +189,9 @@ class Layout:
 
     # -- rules ---------------------------------------------------------------------------------
     def _check_rules(self) -> None:
+        from simgrid.limits import check_world_size
+
+        check_world_size(self.world_size, what=f"layout dp * tp * pp * cp = {self.dp} * {self.tp} * {self.pp} * {self.cp}")
         stage_ranks = self.tp * self.cp * self.dp
         if stage_ranks % (self.ep * self.expert_tp):
             raise LayoutError(

@@ -13,13 +13,22 @@ from functools import lru_cache
 
 from simgrid.layout.spec import Layout, check_layout
 from simgrid.model.activations import block_activation_bytes
-from simgrid.model.blocks import block_kind
+from simgrid.model.blocks import block_kind, local_seq_length
 from simgrid.model.comm import TPCollective, block_cp_collectives, block_tp_collectives
 from simgrid.model.flops import block_flops
+from simgrid.model.gemms import Gemm, block_gemms
 from simgrid.model.kernels import block_kernels
 from simgrid.model.moe import EPCollective, moe_collectives
 from simgrid.model.params import block_params_on_rank, expert_params_on_rank
 from simgrid.model.spec import ModelSpec
+
+GRAD_ACCUM_BYTES_PER_PARAM = 6
+"""HBM bytes per parameter per micro-batch spent landing a weight gradient in its accumulation buffer, beyond
+the weight-gradient GEMM's own 16-bit output: Megatron-LM adds it into ``main_grad`` (``main_grad.add_(grad)``
+in its DDP hook: read 2 + read 2 + write 2 in fp16) or, with gradient-accumulation fusion, has the GEMM read
+and write the fp32 ``main_grad`` (8 instead of 2); PyTorch autograd accumulates ``grad += new`` from the
+second micro-batch (read 2 + 2, write 2) and FSDP2 casts the gradient to its fp32 reduce dtype before the
+reduce-scatter (read 2, write 4). Each is 6 bytes per parameter."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +47,8 @@ class BlockCost:
     fwd_hbm_bytes: int
     """HBM bytes of the forward's memory-bound kernels."""
     bwd_hbm_bytes: int
-    """HBM bytes of the backward's memory-bound kernels (I and W together)."""
+    """HBM bytes of the backward's memory-bound kernels (I and W together), the gradient accumulation's
+    :data:`GRAD_ACCUM_BYTES_PER_PARAM` per parameter included."""
     fwd_kernels: int
     """Kernel launches in the forward."""
     bwd_kernels: int
@@ -63,6 +73,19 @@ class BlockCost:
     """Of ``bwd_input_flops``, those inside the fused core's backward kernels; 0 with the unfused core."""
     fused_attention_recompute_flops: float = 0.0
     """Of ``recompute_flops``, those inside the fused core (a recompute reruns the core's forward)."""
+    fwd_gemms: tuple[Gemm, ...] = ()
+    """Every forward matrix multiply as ``(m, n, k, count)`` (:mod:`simgrid.model.gemms`)."""
+    bwd_input_gemms: tuple[Gemm, ...] = ()
+    """Input-gradient (I) matrix multiplies."""
+    bwd_weight_gemms: tuple[Gemm, ...] = ()
+    """Weight-gradient (W) matrix multiplies."""
+    recompute_gemms: tuple[Gemm, ...] = ()
+    """Matrix multiplies the recompute forward reruns (same rule as ``recompute_flops``)."""
+    attention_shape: tuple[int, int, int] = (0, 0, 0)
+    """``(query tokens, key tokens, head dim)`` of the fused attention core; zeros without one."""
+    gemms_known: bool = True
+    """False when the GEMM lists above are not given (MoE sub-blocks): ops containing the block are priced
+    at their representative shape."""
     expert_param_count: int = 0
     """Of ``param_count``, the routed experts' parameters (synced and ZeRO-sharded over the expert
     data-parallel group); 0 outside MoE sub-blocks."""
@@ -105,7 +128,22 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
     fused_fwd = flops.attention_core_fwd if layout.flash_attention else 0.0
     fused_bwd = flops.attention_core_bwd if layout.flash_attention else 0.0
     reruns = layout.recompute != "none" and transformer
+    params = block_params_on_rank(model, layout, block)
+    gemms = block_gemms(model, layout, block)
+    if layout.recompute == "full" and transformer:
+        re_gemms = gemms.fwd
+    elif layout.recompute == "selective":
+        re_gemms = gemms.core_fwd
+    else:
+        re_gemms = ()
+    shape = (local_seq_length(model, layout.cp), model.seq_length, model.head_dim) if fused_fwd else (0, 0, 0)
     return BlockCost(
+        fwd_gemms=gemms.fwd,
+        bwd_input_gemms=gemms.bwd_input,
+        bwd_weight_gemms=gemms.bwd_weight,
+        recompute_gemms=re_gemms,
+        attention_shape=shape,
+        gemms_known=gemms.known,
         fused_attention_fwd_flops=fused_fwd,
         fused_attention_bwd_flops=fused_bwd,
         fused_attention_recompute_flops=fused_fwd if reruns else 0.0,
@@ -114,12 +152,12 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         bwd_weight_flops=flops.bwd_weight,
         recompute_flops=flops.recompute(layout.recompute, recomputable=transformer),
         fwd_hbm_bytes=kernels.fwd_hbm_bytes,
-        bwd_hbm_bytes=kernels.bwd_hbm_bytes,
+        bwd_hbm_bytes=kernels.bwd_hbm_bytes + GRAD_ACCUM_BYTES_PER_PARAM * params,
         fwd_kernels=kernels.fwd_kernels,
         bwd_kernels=kernels.bwd_kernels,
         gemm_mnk=kernels.gemm_mnk,
         activation_bytes=activations,
-        param_count=block_params_on_rank(model, layout, block),
+        param_count=params,
         tp_comm=block_tp_collectives(model, layout, block),
         cp_comm=block_cp_collectives(model, layout, block),
         recompute_hbm_bytes=re_bytes,

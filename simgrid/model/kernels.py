@@ -18,8 +18,8 @@ forward                                             backward
                                                       bias gradients (column sums): read the output grads
 where ``E = T h d`` (divided by ``tp`` under sequence parallelism), ``S = a_local b s^2 d``,
 ``F = T f_local d``, ``T = b s`` tokens and ``d`` the element size. Matmul operands are not counted here
-(the compute model costs GEMMs by FLOPs and shape), except the attention core's s x s operands, whose
-batched GEMMs are memory-bound (2S forward, 4S backward; see the attention branch). The embedding is a gather (read + write ``T h d``), a
+(the compute model costs every GEMM by its shape, :mod:`simgrid.model.gemms`, including the unfused attention
+core's batched GEMMs and their s x s operands). The embedding is a gather (read + write ``T h d``), a
 position add and a dropout; the loss is Megatron's fp32 vocabulary-parallel cross entropy: forward
 cast (read ``d``, write 4), max (read 4), exp in place (read 4, write 4) and sum (read 4) per logit,
 backward subtract in place (read 4, write 4) and cast back (read 4, write ``d``). A MoE layer's MLP
@@ -28,6 +28,7 @@ sub-block is :func:`simgrid.model.moe.moe_traffic`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -93,15 +94,22 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
                             gemm_mnk=(0, 0, 0))
 
     if kind == "head":
+        extra = _eager_extra(model, layout, kind)
         logits = tokens * local_vocab(model, tp)
-        fwd = 2 * hidden + logits * (d + LOSS_FWD_BYTES_PER_LOGIT_EXTRA)
-        bwd = 3 * hidden + logits * (d + LOSS_BWD_BYTES_PER_LOGIT_EXTRA)
+        fwd = 2 * hidden + logits * (d + LOSS_FWD_BYTES_PER_LOGIT_EXTRA) + extra[0]
+        bwd = 3 * hidden + logits * (d + LOSS_BWD_BYTES_PER_LOGIT_EXTRA) + extra[1]
         # norm, GEMM, cast, max, exp, sum, target gather / norm bwd, 2 GEMMs, subtract, cast
-        return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=7, bwd_kernels=5,
+        return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=7 + extra[2], bwd_kernels=5 + extra[3],
                             gemm_mnk=(tokens, local_vocab(model, tp), h))
 
     norm_fwd, norm_bwd = 2 * hidden, 3 * hidden
     residual_fwd, residual_bwd, residual_sum = 3 * hidden + mask, 2 * hidden + mask, 3 * hidden
+    extra = _eager_extra(model, layout, kind)
+    if any(extra):
+        base = block_kernels(model, dataclasses.replace(layout, kernel_fusion="fused"), block)
+        return dataclasses.replace(base, fwd_hbm_bytes=base.fwd_hbm_bytes + extra[0],
+                                   bwd_hbm_bytes=base.bwd_hbm_bytes + extra[1],
+                                   fwd_kernels=base.fwd_kernels + extra[2], bwd_kernels=base.bwd_kernels + extra[3])
     if kind == "attn":
         core = _flash_core(model, layout) if layout.flash_attention else _unfused_core(model, layout)
         fwd = norm_fwd + core.fwd_bytes + residual_fwd
@@ -135,6 +143,51 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
                         gemm_mnk=(tokens, mlp_in_width(model, tp), h))
 
 
+#: PyTorch-eager bytes per element of torchtitan's RMSNorm (``_norm(x.float()).type_as(x) * weight``,
+#: torchtitan/models/norms.py): forward cast 2+4, pow 4+4, mean 4, scale 4+4, cast back 4+2, weight 2+2 = 36;
+#: backward through the same chain (weight, cast, scale with its row-sum, pow, the two input-gradient terms
+#: summed, cast) about 60. A fused kernel reads and writes once: 4 forward, 6 backward.
+EAGER_RMSNORM_BYTES = (36, 60)
+#: Eager rotary on each Q and K element (``view_as_complex(x.float())``, complex multiply, ``type_as``;
+#: torchtitan/models/llama/model.py apply_rotary_emb): cast 2+4, multiply 4+4, cast 4+2 = 20 each way,
+#: against 4 for a fused rotary kernel.
+EAGER_ROPE_BYTES = 20
+
+
+def _eager_extra(model: ModelSpec, layout: Layout, kind: str) -> tuple[int, int, int, int]:
+    """Extra (forward bytes, backward bytes, forward launches, backward launches) of PyTorch eager over the
+    fused kernels, for one block on one tp rank (torchtitan's Llama code: models/llama/model.py and
+    models/norms.py at commits 528cab9 and 9dec370). Zero for ``kernel_fusion = "fused"``."""
+    if layout.kernel_fusion == "fused" or kind == "embed":
+        return 0, 0, 0, 0
+    tp, d = layout.tp, layout.param_bytes
+    tokens = layout.micro_batch_size * local_seq_length(model, layout.cp)
+    elems = tokens * model.hidden_size // (tp if layout.sequence_parallel else 1)
+    fwd = bwd = fwd_k = bwd_k = 0
+    if model.norm == "rmsnorm" and layout.kernel_fusion == "eager":  # LayerNorm is one native kernel eagerly
+        fwd, bwd, fwd_k, bwd_k = (EAGER_RMSNORM_BYTES[0] - 4) * elems, (EAGER_RMSNORM_BYTES[1] - 6) * elems, 6, 10
+    if kind == "head":
+        return fwd, bwd, fwd_k, bwd_k
+    full = tokens * model.hidden_size * d  # the projections' (all-gathered) input and its gradient
+    if kind == "attn":
+        heads_q, heads_kv = local_q_heads(model, tp), local_kv_heads(model, tp)
+        out = tokens * heads_q * model.head_dim * d
+        # attention output transpose(1, 2).contiguous() (a copy each way); Q, K and V are separate GEMMs, so
+        # autograd sums three input gradients (two adds of read 2, write 1).
+        fwd, bwd, fwd_k, bwd_k = fwd + 2 * out, bwd + 2 * out + 6 * full, fwd_k + 1, bwd_k + 3
+        if model.position == "rope":
+            qk = tokens * (heads_q + heads_kv) * model.head_dim
+            extra = (EAGER_ROPE_BYTES - 4) * qk
+            fwd, bwd, fwd_k, bwd_k = fwd + extra, bwd + extra, fwd_k + 4, bwd_k + 4
+        return fwd, bwd, fwd_k, bwd_k
+    if model.gated_mlp:
+        inner = tokens * (model.ffn_size // tp) * d
+        # silu (r, w) then multiply (2r, w): 5 against 3; backward: two products (3 each) and silu's (3): 9
+        # against 5. gate and up are separate GEMMs: one more input-gradient add.
+        fwd, bwd, fwd_k, bwd_k = fwd + 2 * inner, bwd + 4 * inner + 3 * full, fwd_k + 1, bwd_k + 3
+    return fwd, bwd, fwd_k, bwd_k
+
+
 class _Core(NamedTuple):
     """HBM bytes and launches of the attention core (between the QKV and the out-projection GEMMs)."""
 
@@ -150,13 +203,18 @@ def _unfused_core(model: ModelSpec, layout: Layout) -> _Core:
     # Under context parallelism the rank's s / cp queries meet all s keys.
     scores = (local_q_heads(model, layout.tp) * layout.micro_batch_size * local_seq_length(model, layout.cp)
               * model.seq_length * d)
-    # The core's batched GEMMs (QK^T: K = head_dim; PV: N = head_dim) have an arithmetic intensity of
-    # about head_dim FLOP per byte of the s x s operand, below the A100 ridge point (312e12 / 2039e9 =
-    # 153 FLOP/B; Williams et al. 2009 roofline), so their score-matrix traffic is charged as well:
-    # forward QK^T writes S and PV reads P (2S); backward dP = dO V^T writes dP, dV = P^T dO reads P,
-    # dQ = dS K and dK = dS^T Q read dS (4S). Softmax: 2S forward, 3S backward.
-    fwd, bwd = 2 * scores + 2 * scores, 3 * scores + 4 * scores
+    # The core's batched GEMMs move the s x s operands too (QK^T writes S, PV reads P; backward dP = dO V^T
+    # writes dP, dV, dQ and dK read P and dS): that traffic is priced with the GEMMs by their shapes
+    # (simgrid.model.gemms, simgrid.costs.gemm: output write in the epilogue, inputs as the memory
+    # ceiling), not here. Softmax: 2S forward, 3S backward.
+    fwd, bwd = 2 * scores, 3 * scores
     fwd_k, bwd_k = 3, 2 + 1 + 2  # QK^T, softmax, PV / PV's two GEMMs, softmax, QK^T's two GEMMs
+    # The batched PV output [b, heads, s, d] is permuted to [s, b, heads * d] for the output projection with
+    # a copy (Megatron-LM megatron/model/transformer.py, ``context_layer.permute(2, 0, 1, 3).contiguous()``,
+    # in the 2021 and 2022 code alike); its gradient is copied back the same way.
+    context = (local_q_heads(model, layout.tp) * layout.micro_batch_size * local_seq_length(model, layout.cp)
+               * model.head_dim * d)
+    fwd, bwd, fwd_k, bwd_k = fwd + 2 * context, bwd + 2 * context, fwd_k + 1, bwd_k + 1
     if uses_dropout(model):
         drop = scores * (2 * d + MASK_BYTES) // d
         fwd, bwd, fwd_k, bwd_k = fwd + drop, bwd + drop, fwd_k + 1, bwd_k + 1

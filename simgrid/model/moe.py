@@ -203,7 +203,10 @@ class MoETraffic:
     bwd_kernels: int
     """Backward launches, GEMMs included."""
     gemm_mnk: tuple[int, int, int]
-    """(M, N, K) of the experts' grouped GEMM: tokens per local expert, first GEMM's width, hidden."""
+    """(M, N, K) of the experts' grouped GEMM as one GEMM: the rows of every local expert stacked
+    (``E / ep`` times the tokens per local expert), first GEMM's width, hidden. A grouped kernel (Megatron's
+    GroupedMLP, Transformer Engine's GroupedLinear) schedules the tiles of all its experts together, so its
+    waves on the SMs are those of the stacked GEMM, not of one expert's small GEMM."""
 
 
 def moe_traffic(model: ModelSpec, layout: Layout, *, dropout_mask_bytes: int = 0) -> MoETraffic:
@@ -231,7 +234,7 @@ def moe_traffic(model: ModelSpec, layout: Layout, *, dropout_mask_bytes: int = 0
         fwd += 3 * shared if model.gated_mlp else 2 * shared
         bwd += 5 * shared if model.gated_mlp else 3 * shared
         fwd_k, bwd_k = fwd_k + 3 + int(moe.shared_expert_gate), bwd_k + 5 + 2 * int(moe.shared_expert_gate)
-    m = tokens_per_local_expert(model, layout)
+    m = tokens_per_local_expert(model, layout) * (moe.num_experts // layout.ep)
     n = _in_width(model, moe.expert_ffn_hidden_size) // layout.expert_tp
     return MoETraffic(fwd_hbm_bytes=int(fwd), bwd_hbm_bytes=int(bwd), fwd_kernels=fwd_k, bwd_kernels=bwd_k,
                       gemm_mnk=(m, n, h))

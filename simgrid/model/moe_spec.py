@@ -15,6 +15,7 @@ correction (DeepSeek-V3) are not modelled.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,6 +60,18 @@ class MoESpec:
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ModelError(f"moe: {field} = {value!r} must be an integer >= 0")
+        limits = {"num_experts": 2**16, "top_k": 2**16, "expert_ffn_hidden_size": 2**22,
+                  "shared_expert_ffn_hidden_size": 2**22, "first_dense_layers": 10_000}  # as ModelSpec's MAX_SIZES
+        for field, limit in limits.items():
+            if getattr(self, field) > limit:
+                raise ModelError(f"moe: {field} is above the limit of {limit:,}; check the value")
+        for field in ("shared_expert_gate", "normalize_top_k"):
+            if not isinstance(getattr(self, field), bool):
+                raise ModelError(f"moe: {field} = {getattr(self, field)!r} must be true or false")
+        for field in ("capacity_factor", "load_imbalance"):
+            value = getattr(self, field)
+            if isinstance(value, bool) or (value is not None and isinstance(value, float) and not math.isfinite(value)):
+                raise ModelError(f"moe: {field} = {value!r} must be a finite number")
         if self.top_k > self.num_experts:
             raise ModelError(
                 f"moe: top_k = {self.top_k} exceeds num_experts = {self.num_experts}; a token can be routed to at "

@@ -53,7 +53,7 @@ import math
 from simgrid.errors import ModelError
 from simgrid.model.moe_spec import MoESpec
 from simgrid.model.params import param_count
-from simgrid.model.spec import ModelSpec
+from simgrid.model.spec import MAX_SIZES, ModelSpec
 
 
 def _gpt(name: str, layers: int, hidden: int, heads: int, *, vocab: int = 51200, seq: int = 2048) -> ModelSpec:
@@ -210,6 +210,12 @@ def model_from_params(n_params: float) -> ModelSpec:
         raise ModelError(
             f"--params = {n_params:.3g} is too small to size a GPT shape (minimum {MIN_PARAMS_FOR_SHAPE:.0e}); "
             "use --model tiny-gpt or a preset"
+        )
+    widest = _gpt("probe", MAX_SIZES["num_layers"], *_WIDTH_FAMILY[-1][1:])
+    if n_params > param_count(widest):
+        raise ModelError(
+            f"--params = {n_params:.3g} is above the largest model this can size ({param_count(widest):.2g} "
+            f"parameters: {MAX_SIZES['num_layers']:,} layers of width {widest.hidden_size:,}); give a smaller count"
         )
     best = min(
         _WIDTH_FAMILY,

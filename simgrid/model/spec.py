@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -11,6 +12,21 @@ from simgrid.model.moe_spec import MoESpec
 
 NormKind = Literal["layernorm", "rmsnorm"]
 PositionKind = Literal["learned", "rope"]
+
+#: Largest value of each size field. Far above any model trained (Llama 3 405B: 126 layers, width 16384,
+#: FFN 53248, vocabulary 128256), they keep every derived count finite and every program buildable; a
+#: larger value is a typo or a unit mistake and is refused with the limit named.
+MAX_SIZES: dict[str, int] = {
+    "num_layers": 10_000,
+    "hidden_size": 2**20,
+    "num_heads": 2**16,
+    "num_kv_heads": 2**16,
+    "ffn_hidden_size": 2**22,
+    "kv_channels": 2**16,
+    "vocab_size": 2**24,
+    "seq_length": 2**24,
+}
+_BOOL_FIELDS = ("gated_mlp", "tied_embeddings", "bias")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,16 +66,27 @@ class ModelSpec:
     """Mixture-of-Experts layers (:class:`~simgrid.model.moe_spec.MoESpec`); ``None`` for a dense model."""
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str):
+            raise ModelError(f"model name = {_shown(self.name)} must be a string")
         for field in ("num_layers", "hidden_size", "num_heads", "vocab_size", "seq_length"):
             value = getattr(self, field)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ModelError(f"model {self.name!r}: {field} = {value!r} must be a positive integer")
+                raise ModelError(f"model {self.name!r}: {field} = {_shown(value)} must be a positive integer")
         for field in ("num_kv_heads", "ffn_hidden_size", "kv_channels"):
             value = getattr(self, field)
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value <= 0):
                 raise ModelError(
-                    f"model {self.name!r}: {field} = {value!r} must be a positive integer or omitted"
+                    f"model {self.name!r}: {field} = {_shown(value)} must be a positive integer or omitted"
                 )
+        for field, limit in MAX_SIZES.items():
+            value = getattr(self, field)
+            if value is not None and value > limit:
+                raise ModelError(f"model {self.name!r}: {field} = {_shown(value)} is above the limit of {limit:,}; "
+                                 "check the value (no trained model comes near it)")
+        for field in _BOOL_FIELDS:
+            value = getattr(self, field)
+            if not isinstance(value, bool):
+                raise ModelError(f"model {self.name!r}: {field} = {_shown(value)} must be true or false")
         if self.kv_channels is None and self.hidden_size % self.num_heads:
             raise ModelError(
                 f"model {self.name!r}: hidden_size = {self.hidden_size} is not divisible by "
@@ -69,9 +96,9 @@ class ModelSpec:
             raise ModelError(
                 f"model {self.name!r}: num_kv_heads = {self.kv_heads} must divide num_heads = {self.num_heads}"
             )
-        if self.norm not in ("layernorm", "rmsnorm"):
+        if not isinstance(self.norm, str) or self.norm not in ("layernorm", "rmsnorm"):
             raise ModelError(f"model {self.name!r}: norm = {self.norm!r}; use 'layernorm' or 'rmsnorm'")
-        if self.position not in ("learned", "rope"):
+        if not isinstance(self.position, str) or self.position not in ("learned", "rope"):
             raise ModelError(f"model {self.name!r}: position = {self.position!r}; use 'learned' or 'rope'")
         if self.moe is not None:
             if not isinstance(self.moe, MoESpec):
@@ -113,8 +140,10 @@ class ModelSpec:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
         """Build from :meth:`to_dict` output; unknown keys are an error naming the key."""
+        if not isinstance(data, dict):
+            raise ModelError(f"a model description must be an object of ModelSpec fields, not {type(data).__name__}")
         known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(str(key) for key in set(data) - known)
         if unknown:
             raise ModelError(f"model description has unknown field(s) {unknown}; known: {sorted(known)}")
         missing = [f for f in ("name", "num_layers", "hidden_size", "num_heads") if f not in data]
@@ -123,3 +152,25 @@ class ModelSpec:
         if data.get("moe") is not None and not isinstance(data["moe"], MoESpec):
             data = {**data, "moe": MoESpec.from_dict(data["moe"])}
         return cls(**data)
+
+
+def load_model_file(path: str | os.PathLike[str]) -> ModelSpec:
+    """A model from a JSON file of :class:`ModelSpec` fields; every problem is one line naming the file."""
+    from simgrid.io.inputs import parse_json, read_input_text, short_path
+
+    source = f"model file {short_path(path)}"
+    data = parse_json(read_input_text(path, what="model file", error=ModelError), source=source, error=ModelError)
+    if not isinstance(data, dict):
+        raise ModelError(f"{source}: expected a JSON object with ModelSpec fields, got {type(data).__name__}")
+    try:
+        return ModelSpec.from_dict(data)
+    except ModelError as exc:
+        raise ModelError(f"{source}: {exc}") from None
+
+
+def _shown(value: object) -> str:
+    """A value for a message; an integer of thousands of digits is summarised, not printed."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}...{text[-12:]}"

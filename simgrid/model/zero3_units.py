@@ -109,7 +109,7 @@ def partitioned_modules(model: ModelSpec, layout: Layout, block: int) -> list[tu
     tensor; tensors under the persistence threshold stay whole on every rank and are never gathered.
 
     The head of a tied model (pp = 1) reuses the word embedding module: key ``b0:word``. A block with
-    no tensor over the threshold is one module ``b<block>:whole`` of all its elements."""
+    no tensor of its own over the threshold is one module ``b<block>:whole`` of all its elements."""
     out: list[tuple[str, int]] = []
     threshold = DEEPSPEED.persistence_numel
     modules = block_modules(model, layout, block)
@@ -120,12 +120,14 @@ def partitioned_modules(model: ModelSpec, layout: Layout, block: int) -> list[tu
     kind, _ = block_kind(model, block)
     tied = kind == "head" and model.tied_embeddings and layout.pp == 1
     word = params.word_embedding_params(model, layout.tp)
-    if tied and word >= threshold:
-        out.append(("b0:word", word))
+    shared = tied and word >= threshold
     if not out:
-        # Every tensor is under the threshold (a toy model): DeepSpeed would not partition the block, but
-        # the executor shards every parameter, so the block (a few KB) is gathered whole, once per use.
-        out.append((f"b{block}:whole", sum(sum(t) for _, t in modules) + (word if tied else 0)))
+        # Every tensor of its own is under the threshold (a toy model, or a tied head's final norm): DeepSpeed
+        # would not partition the block, but the executor shards every parameter, so the block (a few KB) is
+        # gathered whole, once per use; a large tied word embedding stays the shared module ``b0:word``.
+        out.append((f"b{block}:whole", sum(sum(t) for _, t in modules) + (word if tied and not shared else 0)))
+    if shared:
+        out.append(("b0:word", word))
     return out
 
 

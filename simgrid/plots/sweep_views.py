@@ -67,6 +67,7 @@ def plot_sweep_ranking(
     Bar length is ``metric`` (step time by default); each bar is annotated with MFU and peak memory
     when the table has them. Layouts that do not fit in memory are hatched.
     """
+    df = df.copy()
     _need(df, list(dict.fromkeys([*RANKING_COLUMNS, metric])), "plot_sweep_ranking")
     if df.empty:
         raise PlotError("plot_sweep_ranking: the sweep table has no rows; nothing was simulated")
@@ -121,6 +122,10 @@ def plot_tp_pp_heatmap(
     "Best" is the maximum for throughput-like metrics and the minimum for ``step_time_s`` and
     ``peak_memory_bytes``. Only layouts that fit count when the table has a ``fits`` column.
     """
+    if metric in TEXT_COLUMNS or metric in ("fits", "sequence_parallel", "flash_attention"):
+        raise PlotError(f"plot_tp_pp_heatmap: metric {metric!r} is not a numeric column; use e.g. tokens_per_s, "
+                        "step_time_s, mfu or peak_memory_bytes")
+    df = df.copy()
     _need(df, ["tp", "pp", "dp", metric], "plot_tp_pp_heatmap")
     data = df.assign(_gpus=df["dp"] * df["tp"] * df["pp"])
     counts = sorted(int(g) for g in data["_gpus"].unique())
@@ -170,10 +175,75 @@ def plot_tp_pp_heatmap(
     return fig
 
 
+#: Columns that hold layout degrees and counts: positive integers (``zero`` may be 0).
+INTEGER_COLUMNS = ("dp", "tp", "pp", "cp", "vpp", "zero", "mbs", "gpus")
+#: Columns of :func:`simgrid.sweep.sweep`'s table that hold measurements: finite numbers.
+NUMBER_COLUMNS = ("step_time_s", "tokens_per_s", "mfu", "hfu", "tflops_per_gpu", "bubble_fraction",
+                  "peak_memory_bytes", "memory_capacity_bytes", "exposed_tp_s", "exposed_cp_s", "exposed_pp_s",
+                  "exposed_dp_s")
+MAX_CELL = 1e30
+"""Largest magnitude a number in a sweep table may have: no time, rate or size comes near it, and drawing
+values near the float limit overflows the axes."""
+#: Columns that hold True or False.
+BOOL_COLUMNS = ("fits", "sequence_parallel", "flash_attention")
+#: Columns that hold names, not numbers.
+TEXT_COLUMNS = ("schedule", "recompute", "model", "cluster", "note", "error")
+
+
 def _need(df: pd.DataFrame, columns: list[str], who: str) -> None:
+    """The columns exist, and every known column holds what it should: finite numbers (integers >= 1 for
+    degrees, ``zero`` from 0), True/False in the flags; one line naming the column, row and value otherwise.
+    Columns the sweep does not write are left alone, except the ones named in ``columns``."""
     missing = [c for c in columns if c not in df.columns]
     if missing:
         raise PlotError(f"{who}: the sweep table lacks column(s) {missing}; it has {list(df.columns)}")
+    for column in df.columns:
+        if column in INTEGER_COLUMNS or column in NUMBER_COLUMNS or (column in columns and column not in TEXT_COLUMNS):
+            _check_numeric(df, column, who)
+        elif column in ("schedule", "recompute"):
+            from simgrid.layout import RECOMPUTE_POLICIES, SCHEDULES
+
+            known = SCHEDULES if column == "schedule" else RECOMPUTE_POLICIES
+            bad = [v for v in df[column] if v not in known]
+            if bad:
+                raise PlotError(f"{who}: column {column!r} holds {_shown(bad[0])}; expected one of {', '.join(known)}")
+        elif column in BOOL_COLUMNS and str(df[column].dtype) != "bool":
+            bad = [v for v in df[column] if not isinstance(v, bool) and str(v) not in ("True", "False")]
+            if bad or df[column].isna().any():
+                raise PlotError(f"{who}: column {column!r} must hold True or False, found "
+                                f"{_shown((bad or [None])[0])}")
+            df[column] = df[column].map(lambda v: v is True or str(v) == "True")
+
+
+def _check_numeric(df: pd.DataFrame, column: str, who: str) -> None:
+    import numpy as np
+    import pandas as pd
+
+    values = pd.to_numeric(df[column], errors="coerce")
+    numbers = values.to_numpy(dtype=float, na_value=np.nan)
+    finite = np.isfinite(numbers) & (np.abs(np.nan_to_num(numbers)) <= MAX_CELL)
+    if not finite.all():
+        row = int(np.flatnonzero(~finite)[0])
+        raise PlotError(f"{who}: column {column!r} must hold finite numbers up to {MAX_CELL:g}; row {row + 1} has "
+                        f"{_shown(df[column].iloc[row])}; fix or drop that row")
+    if column in NUMBER_COLUMNS and (values < 0).any():
+        row = int(np.flatnonzero((values < 0).to_numpy())[0])
+        raise PlotError(f"{who}: column {column!r} must hold numbers >= 0 (times, rates, fractions, sizes); "
+                        f"row {row + 1} has {_shown(df[column].iloc[row])}")
+    if column in INTEGER_COLUMNS:
+        floor = 0 if column == "zero" else 1
+        bad = (values % 1 != 0) | (values < floor) | (values > 2**53)
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise PlotError(f"{who}: column {column!r} must hold integers >= {floor}; row {row + 1} has "
+                            f"{_shown(df[column].iloc[row])}")
+    df[column] = values
+
+
+def _shown(value: Any) -> str:
+    item = getattr(value, "item", None)  # numpy scalars print as np.float64(nan); show the plain value
+    text = repr(item() if callable(item) else value)
+    return text if len(text) <= 40 else f"{text[:30]}... ({len(text)} characters)"
 
 
 def _world(df: pd.DataFrame) -> str:

@@ -137,6 +137,9 @@ def build_program(model: ModelSpec, layout: Layout, *, granularity: Granularity 
     """Lower ``layout``'s pipeline schedule for ``model`` into a Program covering every rank; with
     ``order`` (e.g. :func:`simgrid.schedules.imported.read_pipeline_csv`), lower that compute order instead
     (it must match the layout's pipeline shape; :func:`~simgrid.schedules.imported.layout_for_order`)."""
+    from simgrid.limits import check_program_size
+
+    check_program_size(model, layout, granularity, ranks=layout.pp)  # one template per pipeline rank is built
     with collector_paused():
         return _build(model, layout, granularity, order)
 

@@ -21,12 +21,9 @@ from simgrid.schedules.pipeline import PipelineOrder, flatten_order, stage_to_ra
 
 def read_pipeline_csv(path: str | Path) -> PipelineOrder:
     """The compute order of a torch schedule CSV (either of torch's formats)."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ScheduleError(f"--pipeline-csv {path}: cannot read the file ({exc.strerror})") from None
-    except UnicodeDecodeError:
-        raise ScheduleError(f"--pipeline-csv {path}: not a text file; expected torch's schedule CSV") from None
+    from simgrid.io.inputs import read_input_text
+
+    text = read_input_text(path, what="--pipeline-csv", error=ScheduleError)  # a regular UTF-8 file (not a FIFO)
     rows = actions_from_csv(text, str(path))
     order = [[a for a in row if a.sub_actions or a.kind in COMPUTE_ACTION_KINDS] for row in rows]
     if not order or not any(order):

@@ -33,12 +33,18 @@ layer, on one tensor-parallel rank of one pipeline stage:
   ``IntermediateTensors``: two ``tokens x h`` tensors) and the last stage returns the sampled token ids
   (8 bytes each) to the first.
 
+On a profile calibrated for generation (``simgrid-exec calibrate`` on gloo ranks writes ``SERVE:`` rows,
+:mod:`simgrid.serving.insitu`) the same formulas run with generation's measured rates (matrix rate,
+host time per kernel), and collectives and hand-offs cost their time measured inside real generation
+steps at the sizes this model gives them.
+
 Not modelled: CPU-side scheduling, sampling and detokenisation (Vidur models them, measured), CUDA-graph
 savings on launches, prefix caching and speculative decoding.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +52,7 @@ from typing import Any
 from simgrid.costs import collective_time_s, gemm_time_s, memory_time_s, p2p_time_s
 from simgrid.costs.compute import fused_attention_time_s
 from simgrid.errors import ModelError
+from simgrid.hardware import GPUSpec
 from simgrid.layout.spec import check_layout
 from simgrid.model import (
     block_flops,
@@ -57,6 +64,7 @@ from simgrid.model import (
 )
 from simgrid.model.params import word_embedding_params
 from simgrid.model.spec import ModelSpec
+from simgrid.serving.insitu import InSituCosts
 from simgrid.serving.kv_cache import kv_bytes_per_token
 from simgrid.serving.spec import ServingConfig, ServingLayout, model_layout
 from simgrid.topology import Topology
@@ -155,7 +163,8 @@ class IterationCostModel:
                 "(expert parallelism is modelled for training: simgrid simulate --ep); use a dense model"
             )
         self.model, self.layout, self.config, self.topology = model, layout, config, topology
-        self.gpu = topology.cluster.gpu
+        self.insitu = InSituCosts.from_tables(topology.cluster.spec.measured)
+        self.gpu = topology.cluster.gpu if self.insitu is None else self.insitu.rank_gpu(topology.cluster.gpu)
         self.mlayout = model_layout(layout, config)
         check_layout(model, self.mlayout)
         self.act_bytes = self.mlayout.param_bytes
@@ -202,23 +211,61 @@ class IterationCostModel:
             logits_gather_bytes=model.vocab_size * self.act_bytes,
         )
 
+    def with_gpu(self, gpu: GPUSpec) -> IterationCostModel:
+        """The same deployment priced on ``gpu`` (other rates; the per-token coefficients are reused)."""
+        other = copy.copy(self)
+        other.gpu = gpu
+        return other
+
     # -- times -----------------------------------------------------------------------------------------
     def _collective(self, kind: str, nbytes: float, ranks: tuple[int, ...], count: int) -> float:
         key = (kind, ranks, int(nbytes), count)
         t = self._comm_cache.get(key)
         if t is None:
-            t = self._comm_cache[key] = collective_time_s(kind, nbytes, ranks, self.topology, count=count)
+            us = self.insitu.collective_us(kind, len(ranks), nbytes / count) if self.insitu is not None else None
+            t = count * us * 1e-6 if us is not None else collective_time_s(kind, nbytes, ranks, self.topology,
+                                                                           count=count)
+            self._comm_cache[key] = t
         return t
 
     def _hop(self, nbytes: int, src: int, dst: int) -> float:
         key = (nbytes, src * self.topology.num_gpus + dst)
         t = self._hop_cache.get(key)
         if t is None:
-            t = self._hop_cache[key] = p2p_time_s(nbytes, src, dst, self.topology)
+            us = self.insitu.hop_us(nbytes) if self.insitu is not None else None
+            t = self._hop_cache[key] = us * 1e-6 if us is not None else p2p_time_s(nbytes, src, dst, self.topology)
         return t
 
+    def kernels(self, p: int, batch: BatchShape) -> int:
+        """Kernel launches of stage ``p`` for ``batch`` (the training forward's list, plus the sampler)."""
+        s = self.stages[p]
+        kernels = s.layers * s.layer_kernels
+        if s.first:
+            kernels += s.embed_kernels
+        if s.last and batch.sampled:
+            kernels += 2 + SAMPLER_KERNELS  # final norm, output GEMM, sampler
+        return kernels
+
+    def tp_calls(self, p: int, batch: BatchShape) -> list[tuple[str, float, int]]:
+        """Stage ``p``'s tensor-parallel collectives for ``batch``: (kind, bytes of all calls, calls), in
+        :func:`simgrid.costs.collective_time_s`'s convention (an all-gather's bytes are its whole output)."""
+        s = self.stages[p]
+        if self.layout.tp == 1:
+            return []
+        calls: list[tuple[str, float, int]] = []
+        if s.first:
+            calls.append(("all_reduce", batch.tokens * s.embed_allreduce_bytes, 1))
+        if s.layers:
+            calls.append(("all_reduce", batch.tokens * s.layer_allreduce_bytes * s.layers, 2 * s.layers))
+        if s.last and batch.sampled:
+            calls.append(("all_gather", batch.sampled * s.logits_gather_bytes, 1))
+        return calls
+
     def stage_parts(self, p: int, batch: BatchShape) -> dict[str, float]:
-        """Seconds of stage ``p`` for ``batch`` by part (gemm, attention, elementwise, launch, tp_comm)."""
+        """Seconds of stage ``p`` for ``batch`` by part (gemm, attention, elementwise, launch, tp_comm).
+
+        With a profile calibrated for generation (:mod:`simgrid.serving.insitu`), the rank's matrix rate
+        and launch cost are generation's and collectives cost their time inside real generation steps."""
         s, gpu, dt = self.stages[p], self.gpu, self.config.dtype
         t = batch.tokens
         gemm = s.layers * (
@@ -229,35 +276,29 @@ class IterationCostModel:
         attention = s.layers * max(fused_attention_time_s(batch.pairs * s.pair_flops, gpu, dtype=self.act_dtype),
                                    memory_time_s(kv_bytes, gpu))
         elementwise_bytes = s.layers * t * s.layer_elementwise_bytes
-        kernels = s.layers * s.layer_kernels
-        tp_comm = 0.0
-        if self.layout.tp > 1 and s.layers:
-            tp_comm += self._collective("all_reduce", t * s.layer_allreduce_bytes * s.layers, s.ranks, 2 * s.layers)
         if s.first:
             elementwise_bytes += t * s.embed_bytes
-            kernels += s.embed_kernels
-            if self.layout.tp > 1:
-                tp_comm += self._collective("all_reduce", t * s.embed_allreduce_bytes, s.ranks, 1)
         if s.last and batch.sampled:
             n = batch.sampled
             gemm += max(gemm_time_s(n * s.head_flops, (n, *s.head_nk), gpu, dtype=dt),
                         memory_time_s(s.head_weight_bytes, gpu))
             elementwise_bytes += n * s.head_elementwise_bytes
-            kernels += 2 + SAMPLER_KERNELS  # final norm, output GEMM, sampler
-            if self.layout.tp > 1:
-                tp_comm += self._collective("all_gather", n * s.logits_gather_bytes, s.ranks, 1)
+        tp_comm = sum(self._collective(kind, nbytes, s.ranks, count) for kind, nbytes, count in self.tp_calls(p, batch))
         return {"gemm": gemm, "attention": attention, "elementwise": memory_time_s(elementwise_bytes, gpu),
-                "launch": kernels * gpu.kernel_overhead_us * 1e-6, "tp_comm": tp_comm}
+                "launch": self.kernels(p, batch) * gpu.kernel_overhead_us * 1e-6, "tp_comm": tp_comm}
+
+    def hop_bytes(self, p: int, batch: BatchShape) -> int:
+        """Bytes sent after stage ``p``: activations to stage ``p + 1``, or token ids back to stage 0."""
+        if p < self.layout.pp - 1:
+            return int(PP_TENSORS * batch.tokens * self.model.hidden_size * self.act_bytes)
+        return TOKEN_ID_BYTES * max(1, batch.sampled)
 
     def hop_s(self, p: int, batch: BatchShape) -> float:
         """Transfer after stage ``p``: activations to stage ``p + 1``, or token ids back to stage 0."""
         if self.layout.pp == 1:
             return 0.0
-        src = self.stage_ranks[p][0]
-        if p < self.layout.pp - 1:
-            nbytes = PP_TENSORS * batch.tokens * self.model.hidden_size * self.act_bytes
-            return self._hop(nbytes, src, self.stage_ranks[p + 1][0])
-        return self._hop(TOKEN_ID_BYTES * max(1, batch.sampled), src, self.stage_ranks[0][0])
+        nxt = self.stage_ranks[(p + 1) % self.layout.pp][0]
+        return self._hop(self.hop_bytes(p, batch), self.stage_ranks[p][0], nxt)
 
     def time(self, batch: BatchShape) -> IterationTime:
         """Stage and hop times of one iteration over ``batch``."""

@@ -13,6 +13,7 @@ Trace files are CSV with a header naming at least ``arrival_s``, ``prompt_tokens
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -96,15 +97,18 @@ def with_poisson_arrivals(requests: Sequence[Request], rate_per_s: float, *, see
 
 def read_trace(path: str | Path) -> list[Request]:
     """Requests of a CSV trace (module docstring), sorted by arrival and numbered in that order."""
+    from simgrid.io.inputs import read_input_text
+
     file = Path(path)
+    text = read_input_text(file, what="trace", error=ServingError)  # a regular UTF-8 file (never a FIFO)
     try:
-        with file.open(newline="", encoding="utf-8") as fh:
-            rows = list(csv.DictReader(fh))
-            header = rows[0].keys() if rows else None
-    except FileNotFoundError:
-        raise ServingError(f"trace {file}: file does not exist") from None
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        header = rows[0].keys() if rows else None
+    except csv.Error as exc:
         raise ServingError(f"trace {file}: cannot be read as CSV ({exc})") from None
+    from simgrid.limits import check_request_count
+
+    check_request_count(len(rows), what=f"trace {file}")
     if header is None:
         raise ServingError(f"trace {file}: no requests; write a header {','.join(TRACE_COLUMNS)} and one row per request")
     missing = [c for c in TRACE_COLUMNS if c not in header]

@@ -120,7 +120,7 @@ class BoundModel:
     """Lower bounds on the step time of layouts of one model on one cluster."""
 
     def __init__(self, model: ModelSpec, cluster: Any, *, granularity: str = "stage",
-                 cost_model: Callable[[str], CostModel]) -> None:
+                 cost_model: Callable[[str, str], CostModel]) -> None:
         self.model = model
         self.cluster = cluster
         self.granularity = granularity
@@ -128,7 +128,7 @@ class BoundModel:
         self._tables: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._actions: dict[tuple[Any, ...], dict[str, _Action]] = {}
         self._kinds: dict[tuple[int, int, str], list[frozenset[str]]] = {}
-        self._splits: dict[tuple[int, int, str], tuple[list[tuple[tuple[int, int], ...]], list[int]]] = {}
+        self._splits: dict[tuple[Any, ...], tuple[list[tuple[tuple[int, int], ...]], list[int]]] = {}
         self._shapes: dict[tuple[Any, ...], _Shape] = {}
         self._orders: dict[tuple[str, int, int, int], _Order] = {}
         self._eff: dict[tuple[int, int], dict[str, float]] = {}
@@ -199,7 +199,7 @@ class BoundModel:
 
     # -- per layout ------------------------------------------------------------------------------
     def _durations(self, layout: Layout, shape: _Shape) -> tuple[list[dict[str, float]], Callable[[int, int], float]]:
-        cost = self._cost_model(layout.precision)
+        cost = self._cost_model(layout.precision, layout.attention_kernel)
         block = layout.tp * layout.cp * layout.dp  # ranks per pipeline rank; rank p's canonical rank is p * block
         eff_cache = self._eff
         eff: list[dict[str, float]] = []
@@ -255,9 +255,13 @@ class BoundModel:
         if tables is None:
             tables = self._tables[cls] = {"interned": {}, "signature": {}}
         ctx = _SharedContext(self.model, layout, self.granularity, tables)
-        split = self._splits.get((layout.pp, layout.vpp, str(layout.schedule)))
+        # ZeRO-3 over more than one rank cuts a stage-granularity stage into its gather units
+        # (LoweringContext.units), so the split depends on it too.
+        zero3_units = layout.zero == 3 and layout.grad_sync_size > 1 and self.granularity == "stage"
+        split_key = (layout.pp, layout.vpp, str(layout.schedule), zero3_units and layout.zero_impl)
+        split = self._splits.get(split_key)
         if split is None:
-            split = self._splits[(layout.pp, layout.vpp, str(layout.schedule))] = (
+            split = self._splits[split_key] = (
                 [ctx.units(s) for s in range(layout.num_stages)],
                 [ctx.stage_rank(s) for s in range(layout.num_stages)],
             )
@@ -271,7 +275,7 @@ class BoundModel:
             found = self._actions.get(key)
             if found is None:
                 if durations is None:
-                    durations = DurationCache(self._cost_model(layout.precision), {})
+                    durations = DurationCache(self._cost_model(layout.precision, layout.attention_kernel), {})
                 found = self._actions[key] = _stage_actions(ctx, stage, stage_rank[stage], durations)
             actions.append(found)
         return _Shape(stage_rank=stage_rank, actions=actions, p2p_bytes=ctx.p2p_bytes if layout.pp > 1 else 0,

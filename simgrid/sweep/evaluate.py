@@ -64,17 +64,20 @@ class LayoutEvaluator:
         self.check_memory = check_memory
         self.estimate = estimate_memory_fn or importlib.import_module("simgrid.memory").estimate_memory
         self.fast = simulate_fn is None and fast_path_applies(self.options)
-        self._cost_models: dict[str, Any] = {}
+        self._cost_models: dict[tuple[str, str], Any] = {}
         self._bounds: Any = None
 
-    def cost_model(self, dtype: str) -> Any:
-        """The worker's memoised cost model for one compute dtype."""
-        found = self._cost_models.get(dtype)
+    def cost_model(self, dtype: str, attention_kernel: str = "auto") -> Any:
+        """The worker's memoised cost model for one compute dtype and fused-attention kernel (the layout's
+        ``attention_kernel``, as :func:`simgrid.engine.simulate_program` picks it)."""
+        key = (dtype, attention_kernel)
+        found = self._cost_models.get(key)
         if found is None:
             from simgrid.engine import ClusterCostModel
             from simgrid.sweep.costcache import MemoCostModel
 
-            found = self._cost_models[dtype] = MemoCostModel(ClusterCostModel(self.cluster, dtype=dtype))
+            found = self._cost_models[key] = MemoCostModel(
+                ClusterCostModel(self.cluster, dtype=dtype, attention_kernel=attention_kernel))
         return found
 
     @property
@@ -139,7 +142,8 @@ class LayoutEvaluator:
         check_layout(self.model, layout)
         program = build_program(self.model, layout, granularity=self.granularity)  # type: ignore[arg-type]
         summary = simulate_step(program, self.cluster, mode=str(self.options.get("mode", "symmetric")),
-                                dtype=layout.precision, cost_model=self.cost_model(layout.precision))
+                                dtype=layout.precision,
+                                cost_model=self.cost_model(layout.precision, layout.attention_kernel))
         gpu = self.cluster.gpu
         metrics = summary_metrics(summary, model=self.model, layout=layout,
                                   peak_flops_per_gpu=gpu.peak_flops(layout.precision),

@@ -35,14 +35,30 @@ def test_speed_factor_divides_the_time() -> None:
         compute_time_s(o, gpu, dtype="bf16", speed=0)
 
 
-def test_a100_gemm_efficiency_follows_the_smallest_dimension() -> None:
-    """A100 profile: a large GEMM runs at 268 TFLOP/s (86% of 312, hardware.md); K=1024 at 0.8285 of that."""
+def test_a100_large_gemm_runs_at_its_measured_power_limited_rate() -> None:
+    """A100 profile: cuBLAS 8192^3 with random inputs runs at 257 TFLOP/s under the 400 W limit (Horace He,
+    thonking.ai 2024, the measurement the profile cites); a K = 1024 GEMM of the same M, N is slower by its
+    epilogue share."""
     gpu = load_cluster("dgx-a100-hdr", gpus=8).gpu
     flops = 2 * 8192 * 8192 * 8192
     big = op(flops=flops, gemm_mnk=(8192, 8192, 8192), kernels=0)
-    assert flops / compute_time_s(big, gpu, dtype="bf16") == pytest.approx(268e12, rel=0.002)
+    assert flops / compute_time_s(big, gpu, dtype="bf16") == pytest.approx(257e12, rel=0.01)
     thin = op(flops=flops, gemm_mnk=(8192, 8192, 1024), kernels=0)
-    assert flops / compute_time_s(thin, gpu, dtype="bf16") == pytest.approx(268e12 * 628 / 758, rel=0.003)
+    assert flops / compute_time_s(thin, gpu, dtype="bf16") < 0.9 * 257e12
+
+
+def test_op_with_a_gemm_list_is_priced_gemm_by_gemm() -> None:
+    """An op that lists its GEMMs costs their sum (each by shape), not its FLOPs at one shape's efficiency."""
+    from simgrid.costs import gemm_shape_time_s
+
+    gpu = load_cluster("dgx-h100-ndr", gpus=8).gpu
+    gemms = ((4096, 4608, 12288, 1), (2048, 2048, 128, 96))
+    flops = sum(2.0 * m * n * k * c for m, n, k, c in gemms)
+    listed = op(flops=flops, gemm_mnk=(4096, 4608, 12288), gemms=gemms, kernels=0)
+    by_hand = sum(gemm_shape_time_s(m, n, k, gpu, dtype="bf16", count=c) for m, n, k, c in gemms)
+    assert compute_time_s(listed, gpu, dtype="bf16") == pytest.approx(by_hand)
+    one_shape = op(flops=flops, gemm_mnk=(4096, 4608, 12288), kernels=0)
+    assert compute_time_s(listed, gpu, dtype="bf16") > 1.2 * compute_time_s(one_shape, gpu, dtype="bf16")
 
 
 def test_ideal_gpu_computes_at_peak() -> None:
@@ -107,12 +123,25 @@ def test_attention_flops_beyond_the_ops_flops_are_refused() -> None:
 
 
 def test_profiles_price_flash_attention_below_their_gemm_plateau() -> None:
-    """The A100, H100 and B200 profiles carry a sourced fused-attention figure under their GEMM ceiling
-    (FlashAttention-2 reports 50-73% of A100 peak against 86% for a large GEMM)."""
-    # Published ranges: FA2 on A100 0.50-0.73; FA3 on H100 backward 0.43 .. forward 0.75; FA on B200
-    # (flash-attention PR 2280) backward 0.604 .. forward 0.682.
-    for name, low, high in (("dgx-a100-hdr", 0.50, 0.73), ("dgx-h100-ndr", 0.43, 0.75), ("hgx-b200", 0.604, 0.682)):
+    """The A100 and B200 profiles carry a sourced flat fused-attention figure below their GEMM ceiling
+    (FlashAttention-2 reports 50-73% of A100 peak); H100 and H200 carry the FlashAttention-2/3 tables."""
+    for name, low, high in (("dgx-a100-hdr", 0.50, 0.73), ("hgx-b200", 0.604, 0.682)):
         gpu = load_cluster(name, gpus=8).gpu
         assert gpu.fused_attention_efficiency is not None and "fused_attention_efficiency" in gpu.sources
         assert low <= gpu.attention_efficiency <= high
         assert gpu.attention_efficiency < gpu.matmul.max_efficiency
+    for name in ("dgx-h100-ndr", "hgx-h200-ndr"):
+        gpu = load_cluster(name, gpus=8).gpu
+        assert set(gpu.fused_attention) == {"fa2", "fa3"} and gpu.attention_kernel == "fa3"
+        assert "fused_attention" in gpu.sources
+
+
+def test_a_recompute_prices_its_fused_core_as_a_forward() -> None:
+    """R reruns the forward kernels: its fused core is priced from the forward table, B's from the backward."""
+    gpu = load_cluster("dgx-h100-ndr", gpus=8).gpu
+    shape = (4096, 4096, 128)
+    fwd = op(kind="R", flops=1e12, attention_flops=1e12, attention_shape=shape, kernels=0)
+    bwd = op(kind="B", flops=1e12, attention_flops=1e12, attention_shape=shape, kernels=0)
+    table = gpu.fused_attention["fa3"]
+    ratio = table.tflops("fwd", 4096, 128) / table.tflops("bwd", 4096, 128)
+    assert compute_time_s(bwd, gpu, dtype="bf16") / compute_time_s(fwd, gpu, dtype="bf16") == pytest.approx(ratio)

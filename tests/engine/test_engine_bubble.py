@@ -37,7 +37,8 @@ def equal_stage_program(program: Program) -> Program:
         for op in ops:
             if isinstance(op, Compute) and op.kind in UNITS:
                 share = UNITS[op.kind] * UNIT_FLOPS / pieces[(op.kind, op.stage, op.microbatch)]
-                op = dataclasses.replace(op, flops=share, hbm_bytes=0.0, kernels=0, gemm_mnk=(0, 0, 0))
+                op = dataclasses.replace(op, flops=share, hbm_bytes=0.0, kernels=0, gemm_mnk=(0, 0, 0), gemms=(),
+                                         attention_flops=0.0, attention_shape=(0, 0, 0))
             new_ops.append(op)
         ranks.append(tuple(new_ops))
     return dataclasses.replace(program, ranks=tuple(ranks))

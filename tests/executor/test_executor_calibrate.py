@@ -9,8 +9,10 @@ import pytest
 pytest.importorskip("torch")
 
 from executor.calibrate import HOST_DRIFT_WARNING, ComputeFit, build_profile, fit_compute, host_drift
+from executor.gencal import GenerationFit
 from simgrid.hardware import load_cluster
 from simgrid.ir.ops import Collective, Compute
+from simgrid.serving.insitu import LAUNCH_KEY, MATRIX_KEY
 
 
 def _op(flops: float, hbm: float, kernels: int) -> Compute:
@@ -119,7 +121,9 @@ def test_calibrate_builds_each_calibration_program_once(monkeypatch: pytest.Monk
     the message sizes, the in-situ runs and the op table. Measurements are stubbed (no processes): each
     compute op "takes" 1 ms per MFLOP + 1 ms per MB + 10 us per kernel, so the fit must recover 1 GFLOP/s,
     1 GB/s and 10 us, the table holds one row per compute op signature of the layouts' programs (built
-    independently here) plus the host-speed probe, and the communication grid includes the programs' sizes."""
+    independently here) plus the host-speed probe and generation's rows (stubbed; priced on the profile
+    calibrated so far, and skipped with ``generation=False``), and the communication grid includes the
+    programs' sizes."""
     import executor.calibrate as cal
     from executor.costmodel import compute_key
     from simgrid.ir.jsonio import program_from_json
@@ -155,6 +159,14 @@ def test_calibrate_builds_each_calibration_program_once(monkeypatch: pytest.Monk
     monkeypatch.setattr(cal, "measure_communication", fake_comm)
     monkeypatch.setattr(cal, "measure_slowdown", lambda world_size: 0.1)
     monkeypatch.setattr(cal, "measure_probe", lambda world_size: 0.02)
+    priced_on: list[object] = []
+
+    def fake_generation(model_: object, spec_: object, *, world_size: int) -> GenerationFit:
+        priced_on.append(spec_)
+        return GenerationFit(launch_us=12.0, matrix_gflops=40.0, decode_samples=3, prefill_samples=1,
+                             rows=((LAUNCH_KEY, 12e-6), (MATRIX_KEY, 1 / 40)))
+
+    monkeypatch.setattr(cal, "calibrate_generation", fake_generation)
 
     spec, fit = cal.calibrate(model, world_size=2)
 
@@ -165,7 +177,15 @@ def test_calibrate_builds_each_calibration_program_once(monkeypatch: pytest.Monk
             if isinstance(op, Compute) and op.device == "gpu"}
     measured = spec.measured
     assert measured is not None
-    assert {row.key for row in measured.compute} == keys | {cal.PROBE_KEY}
+    assert {row.key for row in measured.compute} == keys | {cal.PROBE_KEY, LAUNCH_KEY, MATRIX_KEY}
+    # Generation is priced on the profile the training calibration wrote (its rows, not yet its own).
+    assert len(priced_on) == 1
+    first = priced_on[0].measured  # type: ignore[attr-defined]
+    assert {row.key for row in first.compute} == keys | {cal.PROBE_KEY}
+    assert fit.generation_summary.startswith("generation in situ: 12.0 us per kernel")
+    without, _ = cal.calibrate(model, world_size=2, generation=False)
+    assert without.measured is not None and {row.key for row in without.measured.compute} == keys | {cal.PROBE_KEY}
+    assert len(priced_on) == 1
     assert fit.peak_flops == pytest.approx(1e9, rel=1e-6)
     assert fit.bandwidth_Bps == pytest.approx(1e9, rel=1e-6)
     assert fit.overhead_s == pytest.approx(10e-6, rel=1e-6)
@@ -194,3 +214,22 @@ def test_an_unsteady_host_gets_a_warning_that_names_the_drift_and_the_fix() -> N
                         host_drift=HOST_DRIFT_WARNING)
     assert steady.host_was_steady and steady.drift_warning() == ""
 
+
+
+def test_measured_series_are_made_non_decreasing_in_size_by_pooling_the_noisy_run() -> None:
+    """A 4 ms gloo tick drawn at a small size would make a larger message look faster; the calibration
+    pools each violating run to its mean (least-squares monotone fit) per kind, so the written profile
+    passes the loader's monotonicity rule. Values worked by hand."""
+    from executor.commbench import monotone_in_size
+
+    rows = [("reduce", 4096, 1.2e-3), ("all_reduce", 1024, 1e-4), ("reduce", 1024, 2e-4),
+            ("reduce", 16384, 3e-4), ("reduce", 65536, 9e-4), ("all_reduce", 4096, 2e-4)]
+    fitted = monotone_in_size(rows)
+    assert fitted == [
+        ("reduce", 1024, 2e-4),
+        ("reduce", 4096, pytest.approx(7.5e-4)),  # (1.2e-3 + 3e-4) / 2
+        ("reduce", 16384, pytest.approx(7.5e-4)),
+        ("reduce", 65536, 9e-4),
+        ("all_reduce", 1024, 1e-4),
+        ("all_reduce", 4096, 2e-4),
+    ]

@@ -46,10 +46,28 @@ def test_kv_cache_generation_matches_the_cacheless_reference(spec: ModelSpec) ->
                          ids=["tp2-llama", "pp2-gpt", "tp2pp2-llama"])
 def test_distributed_generation_matches_the_reference(spec: ModelSpec, tp: int, pp: int) -> None:
     """Real ranks on gloo: Megatron shards with all-reduces (TP2, GQA heads split), stages handing hidden
-    states forward and token ids back (PP2), and both (4 ranks): the reference's tokens, timed at rank 0."""
-    result = generate(spec, _prompt(spec), NEW, tp=tp, pp=pp, config=_config(tp * pp))
+    states forward and token ids back (PP2), and both (4 ranks): the reference's tokens, timed at rank 0.
+    Recorded (for calibration): every rank's steps, and per step and rank the embedding's and two
+    all-reduces per layer of its stage and the logits' all-gather (tp > 1), one receive per stage but the
+    first's (which receives the token ids) and one send per stage, each stamped inside its step."""
+    result = generate(spec, _prompt(spec), NEW, tp=tp, pp=pp, config=_config(tp * pp), record=True)
     assert result.tokens == reference_generate(spec, _prompt(spec), NEW)
     assert len(result.step_s) == NEW and all(t > 0 for t in result.step_s)
+    assert [t.rank for t in result.timelines] == list(range(tp * pp))
+    for line in result.timelines:
+        stage = line.rank // tp
+        assert len(line.steps) == NEW
+        for step, (start, end) in enumerate(line.steps):
+            calls = [c for c in line.calls if c.step == step]
+            assert all(start <= c.start_s <= c.end_s <= end for c in calls)
+            kinds = sorted(c.kind for c in calls)
+            expected = []
+            if tp > 1:
+                layers = spec.num_layers // pp
+                expected += ["all_reduce"] * (2 * layers + (stage == 0)) + ["all_gather"] * (stage == pp - 1)
+            if pp > 1:
+                expected += ["recv", "send"]
+            assert kinds == sorted(expected), (line.rank, step)
 
 
 def test_stage_groups_put_tensor_ranks_fastest() -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from simgrid.errors import ProfileError
 from simgrid.hardware import (
+    ProfileWarning,
     list_profiles,
     load_cluster,
     load_cluster_spec,
@@ -248,6 +249,20 @@ def test_nic_rate_errors_use_the_toml_key_and_value(tmp_path: Path) -> None:
          r"fused_attention_efficiency = 1\.5 must be in \(0, 1\]"),
         ("max_efficiency = 0.8", 'max_efficiency = 0.8\n[sources]\nmemory = "x"',
          r"sources\.memory = 'x' names no field of this profile"),
+        ("max_efficiency = 0.8", "max_efficiency = 0.8\ntile_m = 128", r"matmul\.tile_n = 0 must be given together"),
+        ("comm_compute_slowdown = 0.1", "comm_compute_slowdown = 0.1\nsm_count = 13.5", r"sm_count = 13\.5 must be an integer"),
+        ("comm_compute_slowdown = 0.1", "comm_compute_slowdown = 0.1\nsustained_clock_fraction = 0",
+         r"sustained_clock_fraction = 0\.0 must be in \(0, 1\]"),
+        ("max_efficiency = 0.8", "max_efficiency = 0.8\n[fused_attention]\ndefault = \"fa3\"",
+         r"fused_attention\.default = 'fa3' must name a fused_attention table"),
+        ("max_efficiency = 0.8", "max_efficiency = 0.8\n[fused_attention.fa9]\nseq_len = [512]",
+         r"fused_attention\.fa9 = .* is not a known kernel; use one of fa2, fa3"),
+        ("max_efficiency = 0.8", "max_efficiency = 0.8\n[fused_attention.fa2]\nseq_len = [512, 1024]\nhead_dim = [128]\n"
+         "fwd_causal_tflops = [[1, 2]]\nfwd_tflops = [[1, 2]]\nbwd_tflops = [[1]]",
+         r"fused_attention\.fa2\.bwd_tflops\[0\] = \[1\.0\] must have 2 values, one per seq_len"),
+        ("max_efficiency = 0.8", "max_efficiency = 0.8\n[fused_attention.fa2]\nseq_len = [512]\nhead_dim = [128]\n"
+         "fwd_causal_tflops = [1]\nfwd_tflops = [[1]]\nbwd_tflops = [[1]]",
+         r"fused_attention\.fa2\.fwd_causal_tflops = \[1\] must be an array of arrays of numbers"),
     ],
 )
 def test_gpu_field_errors(tmp_path: Path, old: str, new: str, message: str) -> None:
@@ -328,10 +343,11 @@ def test_bad_network_kind_in_cluster(tmp_path: Path) -> None:
 
 
 def test_malformed_drop_in_file_is_reported_by_list_profiles(drop_in: Path) -> None:
-    """A broken user file is not silently skipped."""
+    """A broken user file is skipped with a warning naming it (not silently), and the others are listed."""
     _write(drop_in / "broken.toml", "kind = [\n")
-    with pytest.raises(ProfileError, match=r"broken\.toml: malformed TOML"):
-        list_profiles()
+    with pytest.warns(ProfileWarning, match=r"broken\.toml: malformed TOML"):
+        names = [info.name for info in list_profiles()]
+    assert "broken" not in names and "dgx-a100-hdr" in names
 
 
 def test_wheel_install_finds_profiles_under_prefix_share(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

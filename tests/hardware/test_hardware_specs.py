@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from simgrid.errors import ProfileError
 from simgrid.hardware import (
     Cluster,
+    FieldError,
     GPUSpec,
     LinkSpec,
     MatmulEfficiency,
@@ -49,13 +50,27 @@ def test_negative_gemm_dimension_is_rejected() -> None:
         CURVE.efficiency(-1, 2, 3)
 
 
-def test_shipped_a100_curve_matches_published_measurements() -> None:
-    """Large GEMM: 268/312 (A100 measured); K=1024 drops by 628/758 (H800 sweep), both from hardware.md."""
-    a100 = load_gpu("a100-80gb-sxm")
-    assert a100.matmul.efficiency(8192, 8192, 8192) == pytest.approx(268 / 312, abs=1e-3)
-    assert a100.matmul.efficiency(8192, 8192, 1024) == pytest.approx(268 / 312 * 628 / 758, abs=1e-3)
-    assert a100.matmul.efficiency(8192, 256, 8192) == pytest.approx(268 / 312 * 386 / 758, abs=1e-3)
-    assert a100.matmul.efficiency(8192, 8192, 64) == pytest.approx(268 / 312 * 386 / 758, abs=1e-3)
+def test_legacy_curve_of_the_v100_profile_matches_the_h800_sweep() -> None:
+    """Profiles without a tile keep the smallest-dimension curve: K=1024 drops by 628/758 and the curve
+    clamps at 386/758 below K=256 (H800 sweep, hardware.md)."""
+    v100 = load_gpu("v100-sxm2-32gb")
+    top = v100.matmul.max_efficiency
+    assert v100.matmul.efficiency(8192, 8192, 8192) == pytest.approx(top)
+    assert v100.matmul.efficiency(8192, 8192, 1024) == pytest.approx(top * 628 / 758, abs=1e-3)
+    assert v100.matmul.efficiency(8192, 8192, 64) == pytest.approx(top * 386 / 758, abs=1e-3)
+
+
+def test_tile_sides_come_together_and_sm_count_is_positive() -> None:
+    """A tile needs both sides; a GPU's SM count and sustained-clock fraction are range-checked."""
+    with pytest.raises(FieldError, match=r"MatmulEfficiency\.tile_n = 0 must be given together with tile_m"):
+        MatmulEfficiency(max_efficiency=0.8, tile_m=128)
+    gpu = load_gpu("h100-sxm")
+    with pytest.raises(FieldError, match=r"GPUSpec\.sm_count = 0 must be an integer >= 1"):
+        GPUSpec(**{**gpu.__dict__, "sm_count": 0})
+    with pytest.raises(FieldError, match=r"GPUSpec\.sustained_clock_fraction = 1\.2 must be in \(0, 1\]"):
+        GPUSpec(**{**gpu.__dict__, "sustained_clock_fraction": 1.2})
+    with pytest.raises(FieldError, match=r"GPUSpec\.attention_kernel = 'fa9' must name a fused_attention table"):
+        GPUSpec(**{**gpu.__dict__, "attention_kernel": "fa9"})
 
 
 def test_curve_must_be_ascending_with_matching_lengths() -> None:

@@ -20,8 +20,8 @@ from simgrid.ir import (
     Wait,
 )
 
-ints = st.integers(min_value=-(2**70), max_value=2**70)
-numbers = st.one_of(ints, st.floats(allow_nan=False))
+ints = st.integers(min_value=-(2**63 - 1), max_value=2**63 - 1)  # the text form holds 64-bit integers
+numbers = st.one_of(ints, st.floats(allow_nan=False, allow_infinity=False))  # and finite numbers
 names = st.text(max_size=12)  # any text: spaces, quotes, '=', unicode, empty
 
 keys = st.builds(

@@ -144,7 +144,7 @@ def test_bad_files_name_file_path_and_fix(text: str, match: str) -> None:
 
 def test_load_missing_file(tmp_path: Path) -> None:
     """A missing file is a ProgramError, not a traceback."""
-    with pytest.raises(ProgramError, match=r"no such program file"):
+    with pytest.raises(ProgramError, match=r"program file .*absent\.json does not exist; check the path"):
         load_program(tmp_path / "absent.json")
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from ir_strategies import any_op, computes
@@ -55,6 +57,18 @@ def test_examples_read_as_documented() -> None:
     assert format_op(Alloc(name="w", bytes=8, category="weights")) == "ALLOC name=w bytes=8 category=weights"
     assert format_op(Free(name="w")) == "FREE name=w"
     assert format_op(Transfer(direction="h2d", bytes=8, handle="p")) == "H2D bytes=8 handle=p"
+
+
+def test_gemm_list_and_attention_shape_round_trip() -> None:
+    """A compute op's GEMM list and fused-core shape are written compactly and read back equal."""
+    f = Compute(kind="B", stage=0, microbatch=1, chunk=0, block_start=1, block_end=2, flops=2.0 * 4 * 5 * 6 * 3 + 7.0,
+                hbm_bytes=0.0, attention_flops=7.0, gemms=((4, 5, 6, 3),), attention_shape=(2048, 4096, 128))
+    line = format_op(f)
+    assert "gemms=4x5x6x3" in line and "attnshape=2048x4096x128" in line
+    assert parse_op(line) == f
+    assert parse_op(format_op(dataclasses.replace(f, gemms=((4, 5, 6, 1), (1, 2, 3, 4))))).gemms == ((4, 5, 6, 1), (1, 2, 3, 4))
+    with pytest.raises(ProgramError, match=r"MxNxKxCOUNT"):
+        parse_op("F stage=0 mb=0 chunk=0 blocks=1:2 flops=1.0 hbm=0.0 gemms=4x5x6")
 
 
 def test_strings_with_spaces_are_json_quoted() -> None:

@@ -168,8 +168,11 @@ def test_compute_sanity() -> None:
         "F stage=0 mb=0 chunk=0 blocks=0:1 flops=-1.0 hbm=inf",
         "B stage=2 mb=1 chunk=0 blocks=5:7 flops=1.0 hbm=0.0",
         "F stage=0 mb=0 chunk=0 blocks=1:2 flops=1.0 hbm=0.0 attn=2.0",
+        "F stage=0 mb=0 chunk=0 blocks=1:2 flops=100.0 hbm=0.0 gemms=2x2x2x1",
     ]
-    ranks = [tuple(parse_op(x) for x in bad)] + [p.ranks[r] for r in range(1, 4)]
+    ops = [parse_op(x.replace("hbm=inf", "hbm=0.0")) for x in bad]
+    ops[1] = dataclasses.replace(ops[1], hbm_bytes=float("inf"))  # the text form refuses inf; Python does not
+    ranks = [tuple(ops)] + [p.ranks[r] for r in range(1, 4)]
     with pytest.raises(ProgramError) as info:
         validate_program(dataclasses.replace(p, ranks=tuple(ranks)))
     text = str(info.value)
@@ -178,6 +181,7 @@ def test_compute_sanity() -> None:
     assert "block_end = 7 is past the model's 6 sub-blocks" in text
     assert "stage 2 is past the layout's 2 stages" in text and "mb 1 is past the layout's 1 micro-batches" in text
     assert "attn = 2.0 exceeds flops = 1.0" in text
+    assert "gemms add up to 16.0 FLOPs but flops - attn = 100.0" in text
 
 
 def test_peers_must_be_other_valid_ranks() -> None:

@@ -138,7 +138,9 @@ def test_buffers() -> None:
     * DeepSpeed: the whole model's partitioned tensors fit in its 1e9-element reuse window, so every
       tensor of >= 1e5 elements is gathered at once (word and position embeddings; per layer QKV
       768 x 2304, out 768 x 768, fc1 and fc2 768 x 3072; norms and biases stay whole), and the two
-      5e8-element reduce buckets exceed its 124,439,808 gradients, so all of them.
+      5e8-element reduce buckets exceed its 124,439,808 gradients, so all of them. The tied head's final
+      norm (2 x 768) is gathered whole as well: the head has no partitioned tensor of its own, and the
+      executor, which shards every tensor, must gather the block it runs.
     * FSDP2: the root (embeddings, final norm) plus two layers gathered; gradients likewise.
     """
     m = get_model("gpt2-small")
@@ -146,7 +148,7 @@ def test_buffers() -> None:
     assert comm_buffer_bytes(m, Layout(dp=2)) == {"dp-buckets": 2 * 25 * 2**20}
     assert comm_buffer_bytes(m, Layout(pp=2, global_batch_size=2)) == {"pp-p2p": 2 * 1024 * 768 * 2}
     partitioned = 50257 * 768 + 1024 * 768 + 12 * (768 * 2304 + 768 * 768 + 2 * 768 * 3072)
-    assert comm_buffer_bytes(m, Layout(dp=2, zero=3)) == {"zero3-gather": 2 * partitioned,
+    assert comm_buffer_bytes(m, Layout(dp=2, zero=3)) == {"zero3-gather": 2 * (partitioned + 2 * 768),
                                                           "zero3-grads": 2 * 124_439_808}
     root = 50257 * 768 + 1024 * 768 + 2 * 768
     layer = 2 * 2 * 768 + 768 * 2304 + 2304 + 768 * 768 + 768 + 2 * 768 * 3072 + 3072 + 768

@@ -135,20 +135,52 @@ def test_mlp_hbm_bytes_by_kernel() -> None:
     cost = block_cost(m, Layout(), 2)
     assert cost.fwd_hbm_bytes == 2 * E + 2 * F + 3 * E + T * h
     assert cost.fwd_kernels == 5
-    # backward: norm 3E, GeLU 3F, dropout-add 2E + mask, residual sum 3E, bias grads read F + E.
-    assert cost.bwd_hbm_bytes == 3 * E + 3 * F + 2 * E + T * h + 3 * E + F + E
+    # backward: norm 3E, GeLU 3F, dropout-add 2E + mask, residual sum 3E, bias grads read F + E, and 6 bytes
+    # per parameter landing the weight gradients in their accumulation buffer.
+    assert cost.bwd_hbm_bytes == 3 * E + 3 * F + 2 * E + T * h + 3 * E + F + E + 6 * cost.param_count
 
 
 def test_attention_hbm_bytes_include_the_s_squared_softmax_and_dropout() -> None:
-    """Attention forward: norm 2E, softmax 2S, core GEMMs' score operand 2S, dropout S(2d+1)/d, residual
-    3E + mask (S = a b s^2 d); backward charges the core GEMMs' score operands 4S."""
+    """Attention forward: norm 2E, softmax 2S, dropout S(2d+1)/d, context copy 2E, residual 3E + mask (S = a b s^2 d). The
+    core GEMMs' s x s operands are priced with the GEMMs by shape, so they are listed there instead."""
     m = get_model("gpt2-small")
     T, h, a, d = 1024, 768, 12, 2
     E, S = T * h * d, a * 1024 * 1024 * d
-    assert block_cost(m, Layout(), 1).fwd_hbm_bytes == 2 * E + 2 * S + 2 * S + S * 5 // 2 + 3 * E + T * h
+    cost = block_cost(m, Layout(), 1)
+    context_copy = 2 * E  # PV output permuted to [s, b, h] with .contiguous() (Megatron-LM CoreAttention)
+    assert cost.fwd_hbm_bytes == 2 * E + 2 * S + S * 5 // 2 + context_copy + 3 * E + T * h
+    # QK^T and PV, the a heads stacked along m
+    assert (a * 1024, 1024, 64, 1) in cost.fwd_gemms and (a * 1024, 64, 1024, 1) in cost.fwd_gemms
+    assert cost.bwd_input_gemms.count((a * 1024, 1024, 64, 1)) == 1  # dP = dO V^T writes the s x s gradient
 
 
 def test_invalid_layout_for_model_is_rejected() -> None:
     """tp not dividing the heads is reported by check_layout through block_cost."""
     with pytest.raises(LayoutError, match="tp = 8 does not divide the 12 attention heads"):
         block_cost(get_model("gpt2-small"), Layout(tp=8), 1)
+
+
+def test_eager_kernels_move_the_bytes_torchtitans_llama_code_moves() -> None:
+    """PyTorch eager (torchtitan's Llama): the fp32 RMSNorm chain (36 bytes per element forward against a
+    fused kernel's 4), complex rotary (20 per Q/K element against 4), SiLU-then-multiply (5F against 3F),
+    the attention output copy; a fused RMSNorm keeps only the norm's fused cost. Forward bytes by hand."""
+    m = get_model("llama3-8b")
+    layout = Layout(micro_batch_size=1, flash_attention=True)
+    T, h, d = m.seq_length, m.hidden_size, 2
+    fused = block_cost(m, layout, 1).fwd_hbm_bytes
+    eager = block_cost(m, dataclasses.replace(layout, kernel_fusion="eager"), 1).fwd_hbm_bytes
+    qk = T * (m.num_heads + m.kv_heads) * m.head_dim
+    assert eager - fused == (36 - 4) * T * h + 2 * T * m.num_heads * m.head_dim * d + (20 - 4) * qk
+    norm_fused = block_cost(m, dataclasses.replace(layout, kernel_fusion="eager-fused-norm"), 1).fwd_hbm_bytes
+    assert eager - norm_fused == (36 - 4) * T * h
+    mlp_fused = block_cost(m, layout, 2).fwd_hbm_bytes
+    mlp_eager = block_cost(m, dataclasses.replace(layout, kernel_fusion="eager-fused-norm"), 2).fwd_hbm_bytes
+    assert mlp_eager - mlp_fused == 2 * T * m.ffn_size * d
+
+
+def test_eager_layernorm_is_one_native_kernel() -> None:
+    """A LayerNorm model pays no eager norm chain (torch's layer_norm is one kernel either way)."""
+    m = get_model("gpt2-small")
+    fused = block_cost(m, Layout(), 2)
+    eager = block_cost(m, Layout(kernel_fusion="eager"), 2)
+    assert eager.fwd_hbm_bytes == fused.fwd_hbm_bytes

@@ -96,11 +96,12 @@ def test_expert_parameters_shard_over_ep_and_etp() -> None:
 
 
 def test_grouped_gemm_m_is_tokens_per_local_expert() -> None:
-    """The experts' GEMM shape: m = k T ep / E tokens per local expert (imbalance included)."""
+    """The experts' GEMM shape: m = k T ep / E tokens per local expert (imbalance included), stacked over
+    the E / ep local experts of the grouped GEMM."""
     model = _toy(load_imbalance=1.25)
     lay = Layout(dp=2, ep=2, global_batch_size=8, micro_batch_size=4)
     assert tokens_per_local_expert(model, lay) == round(2 * 32 * 1.25 * 2 / 8)
-    assert block_cost(model, lay, 2).gemm_mnk == (20, 64, 16)
+    assert block_cost(model, lay, 2).gemm_mnk == (20 * 8 // 2, 64, 16)
 
 
 def test_all_to_alls_carry_k_copies_of_the_rank_tokens() -> None:

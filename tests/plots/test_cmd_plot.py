@@ -67,7 +67,7 @@ def test_sweep_csv_ranking_and_heatmap(tmp_path: Path) -> None:
     ("content", "name", "args", "match"),
     [
         (None, "missing.json", [], "does not exist"),
-        ("{", "bad.json", [], "is not readable JSON"),
+        ("{", "bad.json", [], "not valid JSON"),
         ('{"x": 1}', "other.json", [], "neither a simgrid trace"),
         ("a,b\n1,2\n", "bad.csv", [], "lacks column"),
         ("a,b\n1,2\n", "s.csv", ["--kind", "gantt"], "--kind gantt needs a trace .json"),

@@ -31,10 +31,12 @@ def test_chunk_shape_counts_causal_pairs() -> None:
 
 
 def test_decode_of_one_token_reads_every_weight_once() -> None:
-    """Batch-1 decode on an A100 is bound by HBM: GEMM time = all weights but the embedding table / rate."""
+    """Batch-1 decode on an A100 is bound by HBM: GEMM time = all weights but the embedding table / rate (the
+    token's activations in and out of each GEMM add under 0.1 %)."""
     t = _cost("llama2-7b", ServingLayout()).time(chunk_shape(1, 100, sampled=True))
     weights = 32 * (sum(LLAMA7_LAYER_MATMUL) + 2 * LLAMA7_NORM) + 32000 * 4096 + LLAMA7_NORM
-    assert t.breakdown_s["gemm"] == pytest.approx(weights * 2 / A100_RATE_Bps, rel=1e-12)
+    assert t.breakdown_s["gemm"] == pytest.approx(weights * 2 / A100_RATE_Bps, rel=1e-3)
+    assert t.breakdown_s["gemm"] >= weights * 2 / A100_RATE_Bps
     assert t.breakdown_s["tp_comm"] == t.breakdown_s["pp_comm"] == 0.0
 
 
@@ -49,14 +51,22 @@ def test_decode_attention_reads_the_kv_cache() -> None:
 
 
 def test_prefill_is_compute_bound() -> None:
-    """A 2048-token prompt: 2 x 2048 x (layer matmul weights) FLOPs per layer at 312 TFLOP/s x 0.859 x 0.9301
-    (the profile's curve at min dim 2048), and a causal core of 2048 x 2049 / 2 pairs x 4 x 32 x 128 FLOPs at
-    the fused-attention efficiency 0.615."""
-    t = _cost("llama2-7b", ServingLayout()).time(chunk_shape(2048, 0, sampled=True))
-    gemm = 32 * 2 * 2048 * sum(LLAMA7_LAYER_MATMUL) / (A100_BF16 * 0.859 * 0.9301)
+    """A 2048-token prompt: 2 x 2048 x (layer matmul weights) FLOPs per layer, each block's at the GPU's GEMM
+    efficiency for its largest shape (QKV 2048 x 12288 x 4096, gate+up 2048 x 22016 x 4096), and a causal
+    core of 2048 x 2049 / 2 pairs x 4 x 32 x 128 FLOPs at the fused-attention efficiency 0.615 at the
+    profile's sustained clock."""
+    from simgrid.costs import gemm_efficiency
+
+    cost = _cost("llama2-7b", ServingLayout())
+    gpu = cost.gpu
+    t = cost.time(chunk_shape(2048, 0, sampled=True))
+    attn_w, mlp_w = LLAMA7_LAYER_MATMUL
+    gemm = 32 * 2 * 2048 * (attn_w / gemm_efficiency(2048, 12288, 4096, gpu, dtype="bf16")
+                            + mlp_w / gemm_efficiency(2048, 22016, 4096, gpu, dtype="bf16")) / A100_BF16
     head = (32000 * 4096 + LLAMA7_NORM) * 2 / A100_RATE_Bps  # one sampled row: reading the matrix binds
-    assert t.breakdown_s["gemm"] == pytest.approx(gemm + head, rel=1e-9)
-    core = 32 * (2048 * 2049 // 2) * 4 * 32 * 128 / (A100_BF16 * 0.615)
+    assert t.breakdown_s["gemm"] == pytest.approx(gemm + head, rel=1e-3)
+    assert 0.8 * 0.86 < 32 * 2 * 2048 * sum(LLAMA7_LAYER_MATMUL) / A100_BF16 / (gemm) < 0.87  # compute-bound
+    core = 32 * (2048 * 2049 // 2) * 4 * 32 * 128 / (A100_BF16 * 0.615 * gpu.sustained_clock_fraction)
     assert t.breakdown_s["attention"] == pytest.approx(core, rel=1e-12)
 
 

@@ -50,12 +50,13 @@ def _cluster(name: str, gpus: int) -> Any:
 
 
 def _bound_model(model: ModelSpec, cluster: Any, granularity: str = "stage") -> BoundModel:
-    memo: dict[str, MemoCostModel] = {}
+    memo: dict[tuple[str, str], MemoCostModel] = {}
 
-    def cost(dtype: str) -> MemoCostModel:
-        if dtype not in memo:
-            memo[dtype] = MemoCostModel(ClusterCostModel(cluster, dtype=dtype))
-        return memo[dtype]
+    def cost(dtype: str, attention_kernel: str = "auto") -> MemoCostModel:
+        if (dtype, attention_kernel) not in memo:
+            memo[dtype, attention_kernel] = MemoCostModel(
+                ClusterCostModel(cluster, dtype=dtype, attention_kernel=attention_kernel))
+        return memo[dtype, attention_kernel]
 
     return BoundModel(model, cluster, granularity=granularity, cost_model=cost)
 

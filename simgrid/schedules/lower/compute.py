@@ -3,13 +3,18 @@
 Costs come from :func:`simgrid.model.block_cost` (per tensor-parallel rank, one micro-batch). A full
 backward B costs I + W. When the backward is split, the memory-bound bytes and kernel launches of the
 backward are shared between I and W in proportion to their FLOPs (an approximation: the model gives
-one figure for the whole backward). At ``stage`` granularity one op covers the stage's whole block range
-with FLOPs, bytes and kernels summed and the GEMM shape of its largest block.
+one figure for the whole backward); the GEMMs are the pass's own (input- or weight-gradient). At
+``stage`` granularity one op covers the stage's whole block range with FLOPs, bytes, kernels and GEMMs
+summed (equal shapes merged) and the representative shape of its largest block.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from simgrid.ir.ops import Compute, Op
+from simgrid.model.cost import BlockCost
+from simgrid.model.gemms import Gemm
 from simgrid.schedules.lower.context import LoweringContext, Role, Step
 from simgrid.schedules.pipeline import Action
 
@@ -18,54 +23,103 @@ def _share(part: float, whole: float) -> float:
     return part / whole if whole > 0 else 0.5
 
 
-def _block_numbers(ctx: LoweringContext, kind: str, block: int) -> tuple[float, float, int, float]:
-    """(flops, hbm_bytes, kernels, fused-attention flops) of one block for one compute kind."""
-    c = ctx.cost(block)
+def _block_numbers(c: BlockCost, kind: str) -> tuple[float, float, int, float, tuple[tuple[Gemm, ...], ...]]:
+    """(flops, hbm_bytes, kernels, fused-attention flops, GEMM lists) of one block's cost for one compute
+    kind; the GEMMs as the block cost's own lists (B: input- and weight-gradient lists), not copied."""
     if kind == "F":
-        return c.fwd_flops, c.fwd_hbm_bytes, c.fwd_kernels, c.fused_attention_fwd_flops
+        return c.fwd_flops, c.fwd_hbm_bytes, c.fwd_kernels, c.fused_attention_fwd_flops, (c.fwd_gemms,)
     if kind == "R":
         # BlockCost carries the recomputed kernels' own traffic: selective recompute reruns the attention
         # core, which is almost all memory traffic on the s x s scores, not a FLOP-share of the block's.
         return (c.recompute_flops, c.recompute_hbm_bytes, max(1, c.recompute_kernels),
-                c.fused_attention_recompute_flops)
+                c.fused_attention_recompute_flops, (c.recompute_gemms,))
     bwd = c.bwd_input_flops + c.bwd_weight_flops
     if kind == "B":
-        return bwd, c.bwd_hbm_bytes, c.bwd_kernels, c.fused_attention_bwd_flops
+        return bwd, c.bwd_hbm_bytes, c.bwd_kernels, c.fused_attention_bwd_flops, (c.bwd_input_gemms, c.bwd_weight_gemms)
     part = c.bwd_input_flops if kind == "I" else c.bwd_weight_flops
     ratio = _share(part, bwd)
     # The core has no weights: its backward is all input gradient (I), none of it weight gradient (W).
     fused = c.fused_attention_bwd_flops if kind == "I" else 0.0
-    return part, c.bwd_hbm_bytes * ratio, max(1, round(c.bwd_kernels * ratio)), fused
+    gemms = c.bwd_input_gemms if kind == "I" else c.bwd_weight_gemms
+    return part, c.bwd_hbm_bytes * ratio, max(1, round(c.bwd_kernels * ratio)), fused, (gemms,)
 
 
-_UnitNumbers = tuple[float, float, int, tuple[int, int, int], float]
+_UnitNumbers = tuple[float, float, int, tuple[int, int, int], float, tuple[Gemm, ...], tuple[int, int, int]]
+
+
+def _merge(gemms: dict[tuple[int, int, int], int]) -> tuple[Gemm, ...]:
+    """One entry per distinct shape, counts summed, in a fixed order (equal programs stay equal)."""
+    return tuple((m, n, k, c) for (m, n, k), c in sorted(gemms.items()))
+
+
+@lru_cache(maxsize=4096)
+def _merged(lists: tuple[tuple[Gemm, ...], ...]) -> tuple[Gemm, ...]:
+    """One block's GEMM lists in :func:`_merge`'s form (cached: blocks of one kind share their lists)."""
+    shapes: dict[tuple[int, int, int], int] = {}
+    for gemms in lists:
+        for m, n, k, count in gemms:
+            shapes[(m, n, k)] = shapes.get((m, n, k), 0) + count
+    return _merge(shapes)
 
 
 def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _UnitNumbers:
-    """(flops, hbm_bytes, kernels, dominant gemm, fused-attention flops) of blocks [start, end), cached:
-    equal for every micro-batch."""
+    """(flops, hbm_bytes, kernels, dominant gemm, fused-attention flops, GEMMs, attention shape) of blocks
+    [start, end), cached: equal for every micro-batch."""
     cache = ctx.memo["compute"]
     key = (kind, start, end)
-    if key not in cache:
-        flops = hbm = fused = 0.0
-        kernels = 0
-        dominant, dominant_flops = (0, 0, 0), -1.0
-        for block in range(start, end):
-            f, b, k, a = _block_numbers(ctx, kind, block)
-            flops, hbm, kernels, fused = flops + f, hbm + b, kernels + k, fused + a
-            if f > dominant_flops:
-                m, n, k_dim = ctx.cost(block).gemm_mnk
-                dominant, dominant_flops = (int(m), int(n), int(k_dim)), f
-        cache[key] = (float(flops), float(hbm), max(1, kernels), dominant, float(fused))
-    return cache[key]
+    found: _UnitNumbers | None = cache.get(key)
+    if found is not None:
+        return found
+    if end == start + 1:  # block granularity: one block's numbers as they are
+        c = ctx.cost(start)
+        f, b, k, a, lists = _block_numbers(c, kind)
+        listed = c.gemms_known or f == a
+        found = (float(f), float(b), max(1, k), c.gemm_mnk, float(a), _merged(lists) if listed else (),
+                 c.attention_shape if a > 0 else (0, 0, 0))
+        cache[key] = found
+        return found
+    flops = hbm = fused = 0.0
+    kernels = 0
+    dominant, dominant_flops = (0, 0, 0), -1.0
+    # Equal layers share their GEMM list objects (simgrid.model.gemms caches them by block kind), so the
+    # lists are counted by identity and merged once each.
+    lists_seen: dict[int, tuple[Gemm, ...]] = {}
+    times: dict[int, int] = {}
+    listed = True
+    attention_shape = (0, 0, 0)
+    for block in range(start, end):
+        c = ctx.cost(block)
+        f, b, k, a, lists = _block_numbers(c, kind)
+        flops, hbm, kernels, fused = flops + f, hbm + b, kernels + k, fused + a
+        for gemms in lists:
+            ident = id(gemms)
+            if ident in times:
+                times[ident] += 1
+            else:
+                lists_seen[ident], times[ident] = gemms, 1
+        listed = listed and (c.gemms_known or f == a)
+        if a > 0:
+            attention_shape = c.attention_shape
+        if f > dominant_flops:
+            dominant, dominant_flops = c.gemm_mnk, f
+    shapes: dict[tuple[int, int, int], int] = {}
+    if listed:
+        for ident, gemms in lists_seen.items():
+            repeat = times[ident]
+            for m, n, k_dim, count in gemms:
+                shapes[(m, n, k_dim)] = shapes.get((m, n, k_dim), 0) + count * repeat
+    # An op holding a block whose GEMMs are not listed (MoE) lists none: one representative shape prices it.
+    found = cache[key] = (float(flops), float(hbm), max(1, kernels), dominant, float(fused),
+                          _merge(shapes) if listed else (), attention_shape)
+    return found
 
 
 def compute_op(ctx: LoweringContext, kind: str, stage: int, microbatch: int, start: int, end: int) -> Compute:
     """One compute op of ``kind`` over blocks ``[start, end)`` of ``stage`` with summed costs."""
-    flops, hbm, kernels, gemm, fused = _unit_numbers(ctx, kind, start, end)
+    flops, hbm, kernels, gemm, fused, gemms, shape = _unit_numbers(ctx, kind, start, end)
     return Compute(kind=kind, stage=stage, microbatch=microbatch, chunk=ctx.chunk_of(stage),  # type: ignore[arg-type]
                    block_start=start, block_end=end, flops=flops, hbm_bytes=hbm, gemm_mnk=gemm, kernels=kernels,
-                   attention_flops=fused)
+                   attention_flops=fused, gemms=gemms, attention_shape=shape)
 
 
 def action_compute_ops(ctx: LoweringContext, action: Action) -> list[Op]:

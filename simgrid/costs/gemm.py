@@ -1,0 +1,153 @@
+"""Time of one GEMM from its full shape: output tiles quantised onto waves of SMs, a main loop at the
+sustained tensor rate and an epilogue that writes the tile to HBM.
+
+A cuBLAS/CUTLASS GEMM gives each thread block (CTA) one ``tile_m x tile_n`` tile of the output; the
+blocks run in waves of ``sm_count`` (one large-tile CTA per SM), so a GEMM whose tile count is a little
+above a multiple of the SM count pays a whole extra wave (NVIDIA, "Matrix Multiplication Background User's
+Guide", DU-09799-001, 2023, sections 2.3 and 3: tile and wave quantization). One tile costs
+
+    t_tile = 2 tm tn k / R_sm  +  tm tn d_out / B_sm
+
+with ``R_sm`` the SM's share of the sustained tensor rate ``R = peak * max_efficiency *
+sustained_clock_fraction`` and ``B_sm`` its share of the achievable HBM bandwidth ``B``. The second term is
+the epilogue: a non-persistent kernel writes its tile after the main loop, not overlapped with it. Summed
+over exactly full waves this is ``flops / R + output_bytes / B``, i.e. an efficiency ``k / (k + k0)`` in
+the inner dimension with ``k0 = d_out R / (2 B)``: 252 for an H800's bf16 GEMMs at its measured 758 TFLOP/s
+and 3.35 TB/s x 0.9, against 247-262 fitted to the H800 sweep over K at M = N = 8192 (386, 520, 628, 705,
+736, 758 TFLOP/s at K = 256 ... 8192; shared/reference/hardware.md; tests/costs/test_gemm.py checks the
+whole sweep). The main loop streams its inputs while it computes, so the whole GEMM is also never faster
+than reading A and B and writing C once at ``B`` (the roofline's memory ceiling). A GEMM with fewer tiles
+than SMs may instead split its inner dimension over more thread blocks (split-K, as CUTLASS's and cuBLAS's
+split-K kernels do), paying an fp32 partial tile per slice and a reduction; the cheaper way is taken.
+
+A profile without a tile (``matmul.tile_m = 0``) or without ``sm_count`` keeps the legacy rule:
+``flops / (peak * efficiency(min(m, n, k)))``.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+from simgrid.errors import SimgridError
+from simgrid.hardware import GPUSpec
+
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+"""Bytes per element of a GEMM's operands by compute dtype (tf32 reads fp32 tensors)."""
+
+
+def output_bytes(dtype: str) -> int:
+    """Bytes per output element: the operand width, at least 2 (an fp8 GEMM writes bf16, as Transformer
+    Engine's fp8 GEMMs do)."""
+    return max(2, DTYPE_BYTES.get(dtype, 2))
+
+
+def sustained_tensor_flops(gpu: GPUSpec, dtype: str) -> float:
+    """``R``: FLOP/s of a GEMM main loop in a long GEMM-heavy phase (peak x efficiency x sustained clock)."""
+    return gpu.peak_flops(dtype) * gpu.matmul.max_efficiency * gpu.sustained_clock_fraction
+
+
+def hbm_bytes_per_s(gpu: GPUSpec) -> float:
+    """``B``: achievable HBM bandwidth in bytes/s."""
+    return gpu.hbm_bandwidth_GBps * 1e9 * gpu.hbm_efficiency
+
+
+def uses_tile_model(gpu: GPUSpec) -> bool:
+    """Whether the profile has what the full-shape model needs (a tile and an SM count)."""
+    return gpu.matmul.tiled and gpu.sm_count is not None
+
+
+def _check_shape(m: int, n: int, k: int, count: int) -> None:
+    if min(m, n, k, count) < 0:
+        raise SimgridError(f"GEMM shape ({m}, {n}, {k}) x {count} has a negative size; sizes must be >= 0")
+
+
+class _TileModel(NamedTuple):
+    """The few GPU figures the tile model reads (a small hashable key for the GEMM time cache)."""
+
+    rate: float
+    """Sustained tensor FLOP/s of a main loop."""
+    bandwidth: float
+    """Achievable HBM bytes/s."""
+    peak: float
+    """Dense peak FLOP/s of the dtype."""
+    sms: int
+    tile_m: int
+    tile_n: int
+    d_in: int
+    d_out: int
+
+
+def gemm_shape_time_s(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str, count: int = 1) -> float:
+    """Seconds of ``count`` GEMMs of shape ``(m x k) @ (k x n)`` launched one after another (each fills its own
+    waves; a batched GEMM is listed as one GEMM stacked along ``m``, :mod:`simgrid.model.gemms`)."""
+    _check_shape(m, n, k, count)
+    if min(m, n, k, count) == 0:
+        return 0.0
+    if not uses_tile_model(gpu):
+        flops = 2.0 * m * n * k * count
+        return flops / (gpu.peak_flops(dtype) * gpu.matmul.efficiency(m, n, k) * gpu.sustained_clock_fraction)
+    assert gpu.sm_count is not None  # uses_tile_model checked it
+    model = _TileModel(sustained_tensor_flops(gpu, dtype), hbm_bytes_per_s(gpu), gpu.peak_flops(dtype), gpu.sm_count,
+                       gpu.matmul.tile_m, gpu.matmul.tile_n, DTYPE_BYTES.get(dtype, 2), output_bytes(dtype))
+    return count * _tile_time(m, n, k, model)
+
+
+MIN_TILE_SIDE = 16
+"""Narrowest tile side considered: the tensor cores' MMA is 16 rows tall, and cuBLASLt lists tiles from 8x8 and
+16x8 up to 512x64 (``cublasLtMatmulTile_t``), so a skinny GEMM (a decode step's few tokens) is not padded to
+a training-size tile."""
+
+
+def _side(tile: int, dim: int) -> int:
+    """The tile side used along a dimension: the profile's large tile, or, for a dimension shorter than it,
+    the next power of two that covers it (at least 16): cuBLAS has narrower kernels (256x64, 64x256 and
+    smaller) for such shapes rather than padding a 64-wide matrix to 128 or 256."""
+    if dim >= tile:
+        return tile
+    side = MIN_TILE_SIDE
+    while side < dim:
+        side *= 2
+    return min(side, tile)
+
+
+MIN_SPLIT_K = 256
+"""Shortest slice of the inner dimension a split-K GEMM gives one thread block."""
+PARTIAL_BYTES = 4
+"""A split-K slice writes its partial tile in fp32 for the reduction."""
+
+
+@lru_cache(maxsize=65536)
+def _tile_time(m: int, n: int, k: int, g: _TileModel) -> float:
+    best = float("inf")
+    for a, b in ((_side(g.tile_m, m), _side(g.tile_n, n)), (_side(g.tile_n, m), _side(g.tile_m, n))):  # both orientations
+        tiles = -(-m // a) * -(-n // b)
+        split = 1
+        while True:
+            # Split-K (CUTLASS/cuBLAS): with fewer tiles than SMs the inner dimension is cut into ``split``
+            # slices run by separate thread blocks, which write fp32 partial tiles that a reduction sums.
+            slice_k = -(-k // split)
+            waves = -(-(tiles * split) // g.sms)
+            partial = g.d_out if split == 1 else PARTIAL_BYTES
+            seconds = waves * (2.0 * a * b * slice_k / g.rate + a * b * partial / g.bandwidth) * g.sms
+            if split > 1:
+                seconds += tiles * a * b * (PARTIAL_BYTES * split + g.d_out) / g.bandwidth
+            best = min(best, seconds)
+            split *= 2
+            if tiles * split > g.sms or k // split < MIN_SPLIT_K:
+                break
+    memory_s = ((m * k + k * n) * g.d_in + m * n * g.d_out) / g.bandwidth
+    return max(best, memory_s, 2.0 * m * n * k / g.peak)
+
+
+def gemm_efficiency(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str) -> float:
+    """Fraction of the dtype's peak one ``(m, n, k)`` GEMM reaches (tile model or legacy curve)."""
+    _check_shape(m, n, k, 1)
+    if min(m, n, k) == 0:
+        return gpu.matmul.max_efficiency * gpu.sustained_clock_fraction
+    return 2.0 * m * n * k / (gpu.peak_flops(dtype) * gemm_shape_time_s(m, n, k, gpu, dtype=dtype))
+
+
+def gemms_time_s(gemms: tuple[tuple[int, int, int, int], ...], gpu: GPUSpec, *, dtype: str) -> float:
+    """Seconds of a list of ``(m, n, k, count)`` GEMMs run one after another on one stream."""
+    return sum(gemm_shape_time_s(m, n, k, gpu, dtype=dtype, count=c) for m, n, k, c in gemms)

@@ -1,0 +1,96 @@
+"""The matrix multiplies of each sub-block, by shape: what the GPU cost model prices one by one.
+
+A linear layer ``Y = X W`` over ``T`` tokens (``T x h_in`` by ``h_in x h_out``) is one forward GEMM
+``(T, h_out, h_in)`` and two backward ones (``m, n, k`` of an ``(m x k) @ (k x n)`` product): the input
+gradient ``dX = dY W^T`` ``(T, h_in, h_out)`` (I) and the weight gradient ``dW = X^T dY``
+``(h_in, h_out, T)`` (W). Megatron-LM's layer (Narayanan et al. SC'21, section 4.2; Shoeybi et al. 2019,
+Fig. 3) has a fused QKV projection, the attention output projection, the MLP's first matrix (gate and up
+fused for SwiGLU, as Megatron-Core's ``linear_fc1``) and second matrix, and the vocabulary projection of
+the head, each split by ``tp`` (columns of QKV and fc1, rows of the output projection and fc2, vocabulary
+rows). Under sequence parallelism the GEMMs still see all ``T`` tokens (the input is all-gathered first).
+
+The unfused attention core is two batched GEMMs per head and sequence (``b * heads`` batch members):
+``S = Q K^T`` ``(s_q, s_kv, d)`` and ``O = P V`` ``(s_q, d, s_kv)``; its backward is four:
+``dV = P^T dO`` ``(s_kv, d, s_q)``, ``dP = dO V^T`` ``(s_q, s_kv, d)``, ``dQ = dS K`` ``(s_q, d, s_kv)`` and
+``dK = dS^T Q`` ``(s_kv, d, s_q)``. A batched GEMM is one launch whose grid holds every member's tiles, so
+it is listed as one GEMM stacked along ``m`` (``b * heads * s_q`` rows): the same tiles and waves, the same
+output and ``s x s`` operand traffic; only the small ``s x d`` operand is counted once instead of per member
+(a few percent of the traffic). ``count`` in a ``(m, n, k, count)`` entry is always separate launches, one
+after another, so an op that merges equal GEMMs of several layers costs what the layers' own ops cost. Their ``s x s`` operands are what makes them slow (small inner
+dimension ``d``, or an ``s x s`` input read from HBM), which the GEMM cost model charges by shape. A fused
+(FlashAttention) core has no GEMM here: its FLOPs are priced by the attention-kernel table.
+
+The FLOPs of every list sum exactly to :func:`simgrid.model.flops.block_flops` (a test checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from simgrid.layout.spec import Layout
+from simgrid.model.blocks import block_kind, local_q_heads, local_seq_length, local_vocab
+from simgrid.model.moe import is_moe_block
+from simgrid.model.params import mlp_in_width, qkv_width
+from simgrid.model.spec import ModelSpec
+
+Gemm = tuple[int, int, int, int]
+"""``(m, n, k, count)``: ``count`` products ``(m x k) @ (k x n)``, launched one after another."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BlockGemms:
+    """GEMMs of one sub-block for one micro-batch on one tensor-parallel rank, by pass."""
+
+    fwd: tuple[Gemm, ...]
+    """Forward."""
+    bwd_input: tuple[Gemm, ...]
+    """Input-gradient backward (I), the unfused attention core's backward included."""
+    bwd_weight: tuple[Gemm, ...]
+    """Weight-gradient backward (W)."""
+    core_fwd: tuple[Gemm, ...] = ()
+    """The unfused attention core's forward GEMMs (what selective recompute reruns)."""
+    known: bool = True
+    """False when the block's GEMMs are not listed (a MoE sub-block's grouped expert GEMMs): the ops that
+    contain it are priced at one representative shape instead."""
+
+
+def _linear(tokens: int, h_in: int, h_out: int) -> tuple[Gemm, Gemm, Gemm]:
+    """Forward, input-gradient and weight-gradient GEMMs of a ``h_in -> h_out`` linear layer."""
+    return (tokens, h_out, h_in, 1), (tokens, h_in, h_out, 1), (h_in, h_out, tokens, 1)
+
+
+def block_gemms(model: ModelSpec, layout: Layout, block: int) -> BlockGemms:
+    """The GEMMs of sub-block ``block`` (numbering of :mod:`simgrid.ir.ops`). Blocks of one kind share one
+    (cached) object, so the lists of a stage's equal layers are the same tuples."""
+    kind, _ = block_kind(model, block)
+    return _kind_gemms(model, layout, kind, is_moe_block(model, block))
+
+
+@lru_cache(maxsize=16384)
+def _kind_gemms(model: ModelSpec, layout: Layout, kind: str, moe: bool) -> BlockGemms:
+    tp, h = layout.tp, model.hidden_size
+    s_q = local_seq_length(model, layout.cp)
+    tokens = layout.micro_batch_size * s_q
+    if kind == "embed":
+        return BlockGemms(fwd=(), bwd_input=(), bwd_weight=())
+    if moe:  # router, grouped experts and shared expert: not listed shape by shape
+        return BlockGemms(fwd=(), bwd_input=(), bwd_weight=(), known=False)
+    if kind == "head":
+        f, i, w = _linear(tokens, h, local_vocab(model, tp))
+        return BlockGemms(fwd=(f,), bwd_input=(i,), bwd_weight=(w,))
+    if kind == "mlp":
+        f1, i1, w1 = _linear(tokens, h, mlp_in_width(model, tp))
+        f2, i2, w2 = _linear(tokens, model.ffn_size // tp, h)
+        return BlockGemms(fwd=(f1, f2), bwd_input=(i2, i1), bwd_weight=(w2, w1))
+    fq, iq, wq = _linear(tokens, h, qkv_width(model, tp))
+    fo, io, wo = _linear(tokens, h // tp, h)
+    core: tuple[Gemm, ...] = ()
+    core_bwd: tuple[Gemm, ...] = ()
+    if not layout.flash_attention:
+        s_kv, d = model.seq_length, model.head_dim
+        heads = layout.micro_batch_size * local_q_heads(model, tp)
+        q_rows, kv_rows = heads * s_q, heads * s_kv  # every (sequence, head) member stacked along m
+        core = ((q_rows, s_kv, d, 1), (q_rows, d, s_kv, 1))
+        core_bwd = ((kv_rows, d, s_q, 1), (q_rows, s_kv, d, 1), (q_rows, d, s_kv, 1), (kv_rows, d, s_q, 1))
+    return BlockGemms(fwd=(fq, *core, fo), bwd_input=(io, *core_bwd, iq), bwd_weight=(wo, wq), core_fwd=core)

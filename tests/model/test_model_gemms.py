@@ -1,0 +1,63 @@
+"""GEMM lists per sub-block: their FLOPs equal the block's FLOPs, and their shapes follow the layout."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from simgrid.layout import Layout
+from simgrid.model import block_cost, get_model
+from simgrid.model.blocks import num_model_blocks
+from simgrid.model.gemms import block_gemms
+
+
+def flops_of(gemms: tuple[tuple[int, int, int, int], ...]) -> float:
+    return sum(2.0 * m * n * k * c for m, n, k, c in gemms)
+
+
+LAYOUTS = [Layout(), Layout(tp=2, micro_batch_size=2), Layout(tp=4, sequence_parallel=True),
+           Layout(flash_attention=True), Layout(cp=2, tp=2, flash_attention=True), Layout(recompute="full"),
+           Layout(recompute="selective", tp=2)]
+
+
+@pytest.mark.parametrize(("model_name", "layout"), list(itertools.product(
+    ["gpt2-small", "llama2-7b", "llama3-8b", "megatron-1.7b"], LAYOUTS)))
+def test_gemm_flops_equal_block_flops_for_every_pass(model_name: str, layout: Layout) -> None:
+    """Forward, input-gradient and weight-gradient GEMMs add up to the block's FLOPs minus the fused core;
+    the recompute GEMMs to the recompute FLOPs minus the fused core's share."""
+    model = get_model(model_name)
+    if model.num_heads % layout.tp or model.seq_length % (2 * layout.cp):
+        pytest.skip("layout does not fit the model")
+    for block in range(num_model_blocks(model)):
+        c = block_cost(model, layout, block)
+        assert flops_of(c.fwd_gemms) == pytest.approx(c.fwd_flops - c.fused_attention_fwd_flops)
+        assert flops_of(c.bwd_input_gemms) == pytest.approx(c.bwd_input_flops - c.fused_attention_bwd_flops)
+        assert flops_of(c.bwd_weight_gemms) == pytest.approx(c.bwd_weight_flops)
+        assert flops_of(c.recompute_gemms) == pytest.approx(c.recompute_flops - c.fused_attention_recompute_flops)
+
+
+def test_llama_mlp_shapes_under_tensor_parallelism() -> None:
+    """Llama 2 7B, tp 2, micro-batch 2 (8192 tokens): fused gate+up 8192 x 11008 x 4096, down 8192 x 4096 x
+    5504; the weight gradients put the tokens in the inner dimension."""
+    g = block_gemms(get_model("llama2-7b"), Layout(tp=2, micro_batch_size=2), 2)
+    assert g.fwd == ((8192, 11008, 4096, 1), (8192, 4096, 5504, 1))
+    assert g.bwd_weight == ((5504, 4096, 8192, 1), (4096, 11008, 8192, 1))
+
+
+def test_unfused_core_is_batched_over_heads_and_fused_core_has_no_gemm() -> None:
+    """GPT-2 small (12 heads, head dim 64, s 1024): QK^T and PV batched 12x per sequence, listed as one GEMM
+    with the 12 members stacked along m; FlashAttention moves the core out of the GEMM list (the attention
+    table prices it)."""
+    model = get_model("gpt2-small")
+    unfused = block_gemms(model, Layout(), 1)
+    assert unfused.core_fwd == ((12 * 1024, 1024, 64, 1), (12 * 1024, 64, 1024, 1))
+    fused = block_gemms(model, Layout(flash_attention=True), 1)
+    assert fused.core_fwd == () and len(fused.fwd) == 2
+    assert block_cost(model, Layout(flash_attention=True), 1).attention_shape == (1024, 1024, 64)
+
+
+def test_context_parallel_core_attends_local_queries_to_all_keys() -> None:
+    """cp 2: the rank's 1024 of 2048 queries meet all 2048 keys (shape (s/cp, s, d))."""
+    model = get_model("llama2-7b")
+    assert block_cost(model, Layout(cp=2, flash_attention=True), 1).attention_shape == (2048, 4096, 128)
