@@ -92,6 +92,9 @@ class DevRow:
     zero_impl: str | None = None
     """Framework of the ZeRO implementation (``fsdp2``, ``megatron``); passed to the layout when the layout
     has a ``zero_impl`` setting (issue 12 item 3), recorded otherwise."""
+    reduce_dtype: str = "param"
+    """FSDP2 gradient reduce dtype (``Layout.reduce_dtype``): ``fp32`` where the source's FSDP2 sets
+    ``MixedPrecisionPolicy(reduce_dtype=torch.float32)`` (torchtitan), ``param`` (PyTorch's default) else."""
     micro_batch: int
     """Sequences per micro-batch per data-parallel rank."""
     global_batch: int
@@ -195,11 +198,10 @@ AUTOMODEL = Source(
 )
 
 _TITAN_HW = ("hardware: the source's H100s are 96 GB HBM2e parts at 2.4 TB/s under a 500 W power limit "
-             "(Grand Teton); the profile h100-sxm is the 80 GB HBM3 part at 3.35 TB/s and 700 W, so the "
-             "simulated GPU is faster than the measured one")
-_TITAN_SAC = ("recompute: torchtitan's per-op selective checkpointing (saves every other matmul output, "
-              "recomputes the rest of the block; parallelize_llama.py _save_list) has no simulator setting; "
-              "simulated without recompute, which omits the recomputed matmuls")
+             "(Grand Teton), simulated on grand-teton-h100-rdma (GPU h100-sxm-96gb-500w); its sustained clock "
+             "at 500 W is interpolated between NVIDIA's 400 W (NVL) and 700 W (SXM) ratings, not measured")
+_TITAN_CLUSTER = "grand-teton-h100-rdma"
+"""Cluster profile of the torchtitan H100 rows (Grand Teton, 96 GB HBM2e, 500 W, 400 Gb/s RDMA per GPU)."""
 _COMPILE = ("torch.compile: simulated as kernel_fusion 'fused' (its fused element-wise kernels are priced as "
             "Transformer Engine's, not measured per kernel)")
 _TITAN_RECIPE = ("bf16 params, fp32 gradient reduce-scatter (torchtitan mixed_precision_reduce default); "
@@ -248,8 +250,9 @@ DEV_ROWS: tuple[DevRow, ...] = (
     *(
         DevRow(
             id=f"titan-8b-fsdp{gpus}{'-compile' if compiled else ''}", source=TITAN_2024_12, gpu="H100",
-            cluster="dgx-h100-ndr", model="llama3-8b", seq_length=8192, dp=gpus, zero=3, zero_impl="fsdp2",
-            micro_batch=2, global_batch=2 * gpus, attention_kernel="fa2",
+            cluster=_TITAN_CLUSTER, model="llama3-8b", seq_length=8192, dp=gpus, zero=3, zero_impl="fsdp2",
+            reduce_dtype="fp32", micro_batch=2, global_batch=2 * gpus, attention_kernel="fa2",
+            recompute="selective-op",
             kernel_fusion="fused" if compiled else "eager", metric="tokens_per_s_per_gpu", published=tps,
             published_text=f"{tps:,.0f} TPS/GPU", conversion="as published",
             recipe=f"Table {table}: FSDP{' + torch.compile' if compiled else ''}, local batch 2, global "
@@ -259,15 +262,16 @@ DEV_ROWS: tuple[DevRow, ...] = (
                      "state it)",
                      "kernels: PyTorch eager without compile (norm_type 'rmsnorm' = the fp32 eager RMSNorm in that "
                      "config), SDPA's flash backend (FA2) for attention",),
-            deviations=(_TITAN_HW, _TITAN_SAC, *((_COMPILE,) if compiled else ())),
+            deviations=(_TITAN_HW, *((_COMPILE,) if compiled else ())),
         )
         for table, gpus, compiled, tps in ((1, 8, False, 5762.0), (1, 8, True, 6667.0), (3, 128, False, 5605.0),
                                            (3, 128, True, 6514.0))
     ),
     # torchtitan, June 2025: async-TP benchmark, bf16 rows, vanilla (not async) TP.
     DevRow(
-        id="titan-70b-fsdp32-tp8", source=TITAN_ASYNC_TP, gpu="H100", cluster="dgx-h100-ndr",
-        model="llama3-70b", seq_length=8192, dp=32, tp=8, zero=3, zero_impl="fsdp2", micro_batch=16,
+        id="titan-70b-fsdp32-tp8", source=TITAN_ASYNC_TP, gpu="H100", cluster=_TITAN_CLUSTER,
+        model="llama3-70b", seq_length=8192, dp=32, tp=8, zero=3, zero_impl="fsdp2", reduce_dtype="fp32",
+        micro_batch=16,
         global_batch=512, recompute="full", sequence_parallel=True, attention_kernel="fa2", metric="tokens_per_s_per_gpu",
         published=597.3, published_text="597.3 tokens/sec (per GPU, as torchtitan logs TPS/GPU)",
         conversion="as published",
@@ -278,15 +282,15 @@ DEV_ROWS: tuple[DevRow, ...] = (
         deviations=(_TITAN_HW, _COMPILE),
     ),
     DevRow(
-        id="titan-8b-fsdp8-tp8", source=TITAN_ASYNC_TP, gpu="H100", cluster="dgx-h100-ndr",
-        model="llama3-8b", seq_length=8192, dp=8, tp=8, zero=3, zero_impl="fsdp2", micro_batch=12,
-        global_batch=96, sequence_parallel=True, attention_kernel="fa2", metric="tokens_per_s_per_gpu", published=4378.0,
+        id="titan-8b-fsdp8-tp8", source=TITAN_ASYNC_TP, gpu="H100", cluster=_TITAN_CLUSTER,
+        model="llama3-8b", seq_length=8192, dp=8, tp=8, zero=3, zero_impl="fsdp2", reduce_dtype="fp32",
+        micro_batch=12, global_batch=96, recompute="selective-op", sequence_parallel=True, attention_kernel="fa2", metric="tokens_per_s_per_gpu", published=4378.0,
         published_text="4378 tokens/sec (per GPU)", conversion="as published",
         recipe=f"Llama 3 8B on 64 H100, FSDP 8 x TP 8, torch.compile, per-op SAC, local batch 12; {_TITAN_RECIPE}; "
                "tensor parallel with sequence-parallel norms",
         assumed=("sequence length 8192 (torchtitan llama3_8b.toml at 820504e)",
                  "global batch 96 = local batch 12 x FSDP degree 8"),
-        deviations=(_TITAN_HW, _TITAN_SAC, _COMPILE),
+        deviations=(_TITAN_HW, _COMPILE),
     ),
     # NeMo AutoModel: Llama 3.1 70B, FSDP2 + context parallel 2, full activation checkpointing.
     DevRow(
@@ -304,8 +308,9 @@ DEV_ROWS: tuple[DevRow, ...] = (
     *(
         DevRow(
             id=f"titan-a100-{size}-{tag}", source=TITAN_2024_04, gpu="A100", cluster="dgx-a100-hdr",
-            model=f"llama2-{size}", seq_length=4096, dp=64, zero=3, zero_impl="fsdp2", micro_batch=batch,
-            global_batch=64 * batch, recompute="full" if tag == "full" else "none", attention_kernel="fa2",
+            model=f"llama2-{size}", seq_length=4096, dp=64, zero=3, zero_impl="fsdp2", reduce_dtype="fp32",
+            micro_batch=batch, global_batch=64 * batch,
+            recompute={"full": "full", "sacop": "selective-op"}.get(tag, "none"), attention_kernel="fa2",
             kernel_fusion="eager-fused-norm", metric="tokens_per_s_per_gpu", published=wps,
             published_text=f"{wps:g} WPS (MFU {mfu})",
             conversion="as published (torchtitan's WPS = tokens per second per GPU)",
@@ -316,7 +321,7 @@ DEV_ROWS: tuple[DevRow, ...] = (
                      "sequence length 4096 and Llama 2 vocabulary (train configs at 528cab9)",
                      "kernels: PyTorch eager with torchtitan's fused Triton RMSNorm (norm_type 'fused_rmsnorm', "
                      "compile false in train_configs at 528cab9), SDPA's flash backend (FA2)"),
-            deviations=(_TITAN_SAC,) if tag == "sacop" else (),
+            deviations=(),
         )
         for size, tag, batch, ac, wps, mfu in (
             ("13b", "noac", 2, "no", 2162.0, "61.1%"),

@@ -46,13 +46,14 @@ def dev_model(row: DevRow) -> ModelSpec:
 
 
 def dev_layout(row: DevRow) -> Layout:
-    """The layout the row is simulated with (validated against the model); the row's ``zero_impl`` is
-    passed on for ZeRO-3 rows (``Layout.zero_impl`` names ZeRO-3 implementations; a ZeRO-1 row's
+    """The layout the row is simulated with (validated against the model); the row's ``zero_impl`` and
+    ``reduce_dtype`` are passed on for ZeRO-3 rows (``Layout.zero_impl`` names ZeRO-3 implementations; a ZeRO-1 row's
     framework is recorded only)."""
     schedule = "none" if row.pp == 1 else ("1f1b" if row.vpp == 1 else "interleaved-1f1b")
     kwargs: dict[str, Any] = {}
     if row.zero == 3 and row.zero_impl is not None and "zero_impl" in {f.name for f in dataclasses.fields(Layout)}:
         kwargs["zero_impl"] = row.zero_impl
+        kwargs["reduce_dtype"] = row.reduce_dtype
     layout = Layout(dp=row.dp, tp=row.tp, pp=row.pp, cp=row.cp, vpp=row.vpp, zero=row.zero,
                     micro_batch_size=row.micro_batch, global_batch_size=row.global_batch, schedule=schedule,
                     recompute=row.recompute, sequence_parallel=row.sequence_parallel,

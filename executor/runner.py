@@ -99,6 +99,17 @@ def validate_or_raise(program: Program) -> None:
         raise ProgramError("executor: the program must carry its model and layout (use build_program)")
     optimizer_for(program.layout.optimizer)  # an optimizer the executor cannot run is refused before launch
     check_experts_supported(program.model, program.layout)
+    check_recompute_supported(program.layout)
+
+
+def check_recompute_supported(layout: Layout) -> None:
+    """Refuse, before launch, torchtitan's per-op selective checkpointing: the executor recomputes whole
+    blocks from their saved input and has no per-op saved-tensor policy (the simulator models it)."""
+    if layout.recompute == "selective-op":
+        raise LayoutError(
+            "executor: recompute 'selective-op' (torchtitan's per-op checkpointing) is not implemented; run "
+            "recompute 'full' or 'none' (the simulator alone models selective-op)"
+        )
 
 
 def check_experts_supported(model: ModelSpec, layout: Layout) -> None:

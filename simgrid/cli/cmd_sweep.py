@@ -17,7 +17,6 @@ from simgrid.cli.common import (
     print_json,
 )
 from simgrid.errors import SimgridError
-from simgrid.layout import RECOMPUTE_POLICIES
 
 #: Keys of each ``--json`` entry (the issue's contract), in this order.
 JSON_KEYS = ("dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "cp", "step_time_s", "mfu",
@@ -172,7 +171,7 @@ def check_pins(args: argparse.Namespace, model: Any) -> None:
 def constraints_from_args(args: argparse.Namespace) -> Any:
     """The :class:`SweepConstraints` the flags describe (the shared layout flags, as lists of values)."""
     from simgrid.sweep import SweepConstraints
-    from simgrid.sweep.constraints import PIPELINE_SCHEDULES, ZERO_STAGES
+    from simgrid.sweep.constraints import PIPELINE_SCHEDULES, SEARCHED_RECOMPUTE, ZERO_STAGES
 
     switch = {"off": (False,), "on": (True,), "both": (False, True)}
     sp, flash = switch[args.sequence_parallel], switch[args.flash_attention]
@@ -180,7 +179,7 @@ def constraints_from_args(args: argparse.Namespace) -> Any:
         tp=args.tp, max_tp=args.max_tp, pp=args.pp, max_pp=args.max_pp, dp=args.dp, max_dp=args.max_dp,
         schedules=tuple(s for s in (args.schedule or PIPELINE_SCHEDULES) if s != "none") or PIPELINE_SCHEDULES,
         zero_stages=args.zero or ZERO_STAGES,
-        recompute=args.recompute or RECOMPUTE_POLICIES, max_mbs=args.max_mbs, micro_batch_sizes=args.mbs,
+        recompute=args.recompute or SEARCHED_RECOMPUTE, max_mbs=args.max_mbs, micro_batch_sizes=args.mbs,
         max_vpp=args.max_vpp, vpps=args.vpp, allow_tp_across_nodes=args.tp_across_nodes, sequence_parallel=sp,
         flash_attention=flash, allow_uneven_stages=args.uneven_stages, context_parallel=args.cp or (1,),
         expert_parallel=getattr(args, "ep", None), expert_tensor_parallel=getattr(args, "etp", None),

@@ -173,6 +173,9 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
     g.add_argument("--zero-impl", default="deepspeed", metavar="{deepspeed,fsdp2}",
                    help="how ZeRO-3 gathers and reduces: DeepSpeed ZeRO stage 3 (per module, its default "
                         "prefetch, reuse and bucket sizes; default) or PyTorch FSDP2 (per layer)")
+    g.add_argument("--reduce-dtype", choices=("param", "fp32"), default="param",
+                   help="FSDP2 gradient reduce dtype: param (PyTorch's default, 16-bit under mixed precision) or "
+                        "fp32 (torchtitan's default; twice the reduce-scatter bytes); needs --zero-impl fsdp2")
 
 
 def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -318,7 +321,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         kernel_fusion=getattr(args, "kernel_fusion", "fused"), precision=args.precision, optimizer=args.optimizer,
         offload_optimizer=args.offload, dp_mode=args.dp_mode, bucket_size_MB=args.bucket_mb,
         overlap_grad_reduce=getattr(args, "overlap_grad_reduce", True),
-        zero_impl=getattr(args, "zero_impl", "deepspeed"),
+        zero_impl=getattr(args, "zero_impl", "deepspeed"), reduce_dtype=getattr(args, "reduce_dtype", "param"),
     )
     if order is None:
         return Layout(**fields)

@@ -39,7 +39,8 @@ def describe_layout(lay: Layout) -> str:
         parts.append(f"vpp {lay.vpp}")
     parts += [f"mbs {lay.micro_batch_size}", f"gbs {lay.gbs} (m = {lay.num_microbatches})", f"{lay.schedule}"]
     if lay.zero:
-        parts.append(f"ZeRO-{lay.zero}" + (f" ({lay.zero_impl})" if lay.zero == 3 else ""))
+        impl = lay.zero_impl + (", fp32 reduce" if lay.reduce_dtype == "fp32" else "")
+        parts.append(f"ZeRO-{lay.zero}" + (f" ({impl})" if lay.zero == 3 else ""))
     if lay.recompute != "none":
         parts.append(f"recompute {lay.recompute}")
     if lay.sequence_parallel:

@@ -18,13 +18,14 @@ if TYPE_CHECKING:
 
 ScheduleName = Literal["none", "gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv", "interleaved-zb", "looped-bfs",
                        "dualpipev"]
-RecomputePolicy = Literal["none", "selective", "full"]
+RecomputePolicy = Literal["none", "selective", "full", "selective-op"]
 Precision = Literal["bf16", "fp16", "fp32"]
 OptimizerName = Literal["adam", "adam-8bit", "sgd"]
 DataParallelMode = Literal["allreduce", "parameter-server"]
 AttentionKernel = Literal["auto", "fa2", "fa3"]
 KernelFusion = Literal["fused", "eager", "eager-fused-norm"]
 ZeroImpl = Literal["deepspeed", "fsdp2"]
+ReduceDtype = Literal["param", "fp32"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
@@ -34,6 +35,7 @@ DP_MODES: tuple[str, ...] = get_args(DataParallelMode)
 ATTENTION_KERNEL_CHOICES: tuple[str, ...] = get_args(AttentionKernel)
 KERNEL_FUSIONS: tuple[str, ...] = get_args(KernelFusion)
 ZERO_IMPLS: tuple[str, ...] = get_args(ZeroImpl)
+REDUCE_DTYPES: tuple[str, ...] = get_args(ReduceDtype)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need
 #: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
@@ -73,7 +75,9 @@ class Layout:
     schedule: ScheduleName | None = None
     """Pipeline schedule; ``None`` picks ``"none"`` for pp = 1 and ``"1f1b"`` otherwise."""
     recompute: RecomputePolicy = "none"
-    """Activation recomputation: none, selective (attention core) or full (whole layer)."""
+    """Activation recomputation: none, selective (Megatron: the attention core), full (whole layer) or
+    selective-op (torchtitan's per-op selective checkpointing: every other matmul output and the fused
+    attention output saved, the rest of each layer recomputed; :mod:`simgrid.model.selective_op`)."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism: shard norms/dropout along the sequence (needs tp > 1)."""
     flash_attention: bool = False
@@ -107,6 +111,11 @@ class Layout:
     """How ZeRO-3 gathers and reduces (simgrid.model.zero3_units): ``deepspeed`` (ZeRO stage 3,
     per-module gathers with its default prefetch, reuse and bucket sizes) or ``fsdp2`` (PyTorch
     ``fully_shard`` per transformer layer). Only read when ``zero = 3``."""
+    reduce_dtype: ReduceDtype = "param"
+    """FSDP2's ``MixedPrecisionPolicy.reduce_dtype``: ``param`` (PyTorch's default, ``None``: gradients are
+    reduce-scattered in the parameter dtype, 16-bit in mixed precision) or ``fp32`` (gradients cast to fp32
+    before the reduce-scatter, twice the bytes; torchtitan's default, ``training.mixed_precision_reduce =
+    "float32"``). Needs ``zero_impl = "fsdp2"``; only read when ``zero = 3``."""
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient sync with the backward, bucket by bucket (PyTorch DDP); False
     syncs every bucket after the last backward (Megatron-LM 2021's ``--DDP-impl local``)."""
@@ -128,6 +137,7 @@ class Layout:
         _choice("attention_kernel", self.attention_kernel, ATTENTION_KERNEL_CHOICES)
         _choice("kernel_fusion", self.kernel_fusion, KERNEL_FUSIONS)
         _choice("zero_impl", self.zero_impl, ZERO_IMPLS)
+        _choice("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce"):
             if not isinstance(getattr(self, flag), bool):
                 raise LayoutError(f"layout: {flag} = {getattr(self, flag)!r} must be true or false")
@@ -227,6 +237,23 @@ class Layout:
                 "layout: recompute 'selective' reruns the attention core, which flash_attention already "
                 "recomputes inside its backward (nothing is left to recompute selectively); use recompute "
                 "'none' or 'full' with flash_attention"
+            )
+        if self.recompute == "selective-op" and not self.flash_attention:
+            raise LayoutError(
+                "layout: recompute 'selective-op' (torchtitan's per-op checkpointing) saves the fused attention "
+                "kernel's output (SDPA's flash backend); turn flash_attention on, or use recompute 'selective' "
+                "for the unfused core"
+            )
+        if self.recompute == "selective-op" and self.tp > 1 and not self.sequence_parallel:
+            raise LayoutError(
+                f"layout: recompute 'selective-op' with tp = {self.tp} is modelled with sequence-parallel norms "
+                "only (torchtitan's tensor parallelism, whose reduce-scatter outputs the policy saves); turn "
+                "sequence_parallel on"
+            )
+        if self.reduce_dtype == "fp32" and self.zero_impl != "fsdp2":
+            raise LayoutError(
+                f"layout: reduce_dtype 'fp32' is FSDP2's MixedPrecisionPolicy setting, but zero_impl = "
+                f"{self.zero_impl!r}; use zero 3 with zero_impl 'fsdp2', or reduce_dtype 'param'"
             )
         if self.sequence_parallel and self.tp == 1:
             raise LayoutError(
@@ -382,6 +409,11 @@ def _check_experts(model: ModelSpec, layout: Layout) -> None:
         raise LayoutError(
             "layout: dp_mode 'parameter-server' is not modelled for MoE models (expert gradients sync over the "
             "expert data-parallel group); use dp_mode 'allreduce'"
+        )
+    if layout.recompute == "selective-op":
+        raise LayoutError(
+            f"layout: recompute 'selective-op' is not modelled for MoE models such as {model.name!r} (its saved-op "
+            "list is written for dense layers); use recompute 'none', 'selective' or 'full'"
         )
     if layout.zero >= 2:
         raise LayoutError(

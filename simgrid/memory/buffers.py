@@ -36,7 +36,14 @@ from simgrid.model.blocks import p2p_bytes, stages_of_rank
 from simgrid.model.cost import block_cost
 from simgrid.model.moe import dispatcher_buffer_bytes
 from simgrid.model.spec import ModelSpec
-from simgrid.model.zero3_units import DEEPSPEED, fsdp2_unit, partitioned_modules, tied_head_params, unit_params
+from simgrid.model.zero3_units import (
+    DEEPSPEED,
+    fsdp2_unit,
+    partitioned_modules,
+    reduce_bytes_per_param,
+    tied_head_params,
+    unit_params,
+)
 
 #: Buckets in flight for overlapped gradient sync (one reducing, one filling).
 DP_BUCKETS_IN_FLIGHT = 2
@@ -71,11 +78,14 @@ def comm_buffer_bytes(model: ModelSpec, layout: Layout, pp_rank: int = 0) -> dic
 
 
 def zero3_grad_bytes(model: ModelSpec, layout: Layout, blocks: tuple[int, ...]) -> int:
-    """Unsharded gradient bytes of the blocks of one ZeRO-3 reduce-scatter (a tied embedding's once)."""
+    """Unsharded gradient bytes of the blocks of one ZeRO-3 reduce-scatter (a tied embedding's once), in the
+    reduce dtype: FSDP2 with ``reduce_dtype = "fp32"`` casts the gradients to fp32 before it reduces
+    (:func:`simgrid.model.zero3_units.reduce_bytes_per_param`)."""
     unsharded = dataclasses.replace(layout, zero=min(layout.zero, 1))
     own = sum(block_state_bytes(model, unsharded, b).grads_bytes for b in blocks)
+    grad_bytes = state_bytes_per_param(layout).grads
     tied = 0 if 0 in blocks else sum(tied_head_params(model, layout, b) for b in blocks)
-    return int(own + tied * state_bytes_per_param(layout).grads)
+    return int((own + tied * grad_bytes) * reduce_bytes_per_param(layout) // grad_bytes)
 
 
 def _zero3_buffers(model: ModelSpec, layout: Layout) -> dict[str, int]:

@@ -14,7 +14,8 @@ MLP sub-block
 Together ``34 sbh + 5 a s^2 b`` (Table 2, no parallelism). Tensor parallelism splits every tensor that
 lives between the column- and row-parallel matmuls (heads, ``f``) by ``t`` and replicates the rest
 (``10 sbh + 24 sbh/t``); sequence parallelism also splits the replicated ones (``34 sbh/t``); selective
-recompute drops the ``a s^2 b`` tensors; full recompute keeps only the layer input (``2 sbh``; under
+recompute drops the ``a s^2 b`` tensors; torchtitan's per-op selective checkpointing (``selective-op``) keeps
+what :func:`simgrid.model.selective_op.saved_activation_bytes` lists; full recompute keeps only the layer input (``2 sbh``; under
 sequence parallelism the stored input is the ``s/t`` shard Megatron keeps, so ``2 sbh/t``). With GQA and
 ``tp > kv_heads`` each rank stores its one replicated KV head.
 
@@ -36,6 +37,7 @@ from simgrid.errors import ModelError
 from simgrid.layout.spec import RecomputePolicy
 from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_seq_length, local_vocab
 from simgrid.model.moe import is_moe_block, moe_activation_bytes
+from simgrid.model.selective_op import saved_activation_bytes
 from simgrid.model.spec import ModelSpec
 
 #: Bytes of one dropout mask element (PyTorch stores boolean/uint8 masks).
@@ -79,8 +81,8 @@ def block_activation_bytes(
             f"micro_batch_size = {micro_batch_size}, tp = {tp}, cp = {cp} and dtype_bytes = {dtype_bytes} "
             "must be positive"
         )
-    if recompute not in ("none", "selective", "full"):
-        raise ModelError(f"recompute = {recompute!r} is not one of none, selective, full")
+    if recompute not in ("none", "selective", "full", "selective-op"):
+        raise ModelError(f"recompute = {recompute!r} is not one of none, selective, full, selective-op")
     kind, _ = block_kind(model, block)
     has_dropout = uses_dropout(model) if dropout is None else dropout
     mask = MASK_BYTES if has_dropout else 0
@@ -98,6 +100,9 @@ def block_activation_bytes(
     if recompute == "full":
         # Only the layer input survives; it belongs to the layer's first sub-block.
         return per_rank_hidden * d if kind == "attn" else 0
+    if recompute == "selective-op" and not is_moe_block(model, block):
+        return saved_activation_bytes(model, block, micro_batch_size=b, tp=tp, cp=cp,
+                                      sequence_parallel=sequence_parallel, dtype_bytes=d)
     if is_moe_block(model, block):
         return moe_activation_bytes(model, micro_batch_size=b, tp=tp, cp=cp, etp=etp, dtype_bytes=d,
                                     recompute=recompute, dropout_mask_bytes=mask)

@@ -17,9 +17,10 @@ from simgrid.model.blocks import block_kind, local_seq_length
 from simgrid.model.comm import TPCollective, block_cp_collectives, block_tp_collectives
 from simgrid.model.flops import block_flops
 from simgrid.model.gemms import Gemm, block_gemms
-from simgrid.model.kernels import block_kernels
+from simgrid.model.kernels import BlockKernels, block_kernels
 from simgrid.model.moe import EPCollective, moe_collectives
 from simgrid.model.params import block_params_on_rank, expert_params_on_rank
+from simgrid.model.selective_op import recompute_gemms
 from simgrid.model.spec import ModelSpec
 
 GRAD_ACCUM_BYTES_PER_PARAM = 6
@@ -43,7 +44,8 @@ class BlockCost:
     """Backward weight-gradient FLOPs (W)."""
     recompute_flops: float
     """FLOPs rerun before the backward: full -> the forward (transformer blocks only), selective -> the
-    attention core's forward, none -> 0."""
+    attention core's forward, selective-op -> the linears torchtitan's policy does not save
+    (:mod:`simgrid.model.selective_op`), none -> 0."""
     fwd_hbm_bytes: int
     """HBM bytes of the forward's memory-bound kernels."""
     bwd_hbm_bytes: int
@@ -134,8 +136,15 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         re_gemms = gemms.fwd
     elif layout.recompute == "selective":
         re_gemms = gemms.core_fwd
+    elif layout.recompute == "selective-op" and transformer:
+        re_gemms = recompute_gemms(model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
+                                   cp=layout.cp)
+        re_bytes, re_kernels = _selective_op_traffic(model, layout, kind, kernels, len(gemms.fwd), len(re_gemms))
     else:
         re_gemms = ()
+    recompute_flops = flops.recompute(layout.recompute, recomputable=transformer)
+    if layout.recompute == "selective-op":
+        recompute_flops = float(sum(2 * m * n * k * count for m, n, k, count in re_gemms))
     shape = (local_seq_length(model, layout.cp), model.seq_length, model.head_dim) if fused_fwd else (0, 0, 0)
     return BlockCost(
         fwd_gemms=gemms.fwd,
@@ -146,11 +155,12 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         gemms_known=gemms.known,
         fused_attention_fwd_flops=fused_fwd,
         fused_attention_bwd_flops=fused_bwd,
-        fused_attention_recompute_flops=fused_fwd if reruns else 0.0,
+        # per-op checkpointing saves the fused kernel's outputs: its recompute never reruns the core
+        fused_attention_recompute_flops=fused_fwd if reruns and layout.recompute != "selective-op" else 0.0,
         fwd_flops=flops.fwd,
         bwd_input_flops=flops.bwd_input,
         bwd_weight_flops=flops.bwd_weight,
-        recompute_flops=flops.recompute(layout.recompute, recomputable=transformer),
+        recompute_flops=recompute_flops,
         fwd_hbm_bytes=kernels.fwd_hbm_bytes,
         bwd_hbm_bytes=kernels.bwd_hbm_bytes + GRAD_ACCUM_BYTES_PER_PARAM * params,
         fwd_kernels=kernels.fwd_kernels,
@@ -165,3 +175,25 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         expert_param_count=expert_params_on_rank(model, layout, block),
         ep_comm=moe_collectives(model, layout, block),
     )
+
+
+def _selective_op_traffic(model: ModelSpec, layout: Layout, kind: str, kernels: BlockKernels, fwd_gemms: int,
+                          rerun_gemms: int) -> tuple[int, int]:
+    """(HBM bytes, launches) of a per-op-checkpointed sub-block's recompute (:mod:`simgrid.model.selective_op`).
+
+    Attention: the whole forward's element-wise work (norm, rotary, the output transpose, the residual add that
+    the MLP's norm needs) but not the fused attention kernel, whose outputs are saved. MLP: the norm and the
+    activation product, not the block's last residual add (the non-reentrant checkpoint stops once every
+    tensor the backward needs is back, and nothing after ``w2`` is needed). Launches: the forward's, less the
+    saved GEMMs and, for attention, the fused kernel, for the MLP the residual add.
+    """
+    # The forward's GEMM launches not repeated (torchtitan's separate wq/wk/wv and w1/w3 are one fused GEMM
+    # each in simgrid.model.gemms, so this counts launches, never below zero).
+    saved_gemms = max(fwd_gemms - rerun_gemms, 0)
+    if kind == "attn":
+        return (kernels.fwd_hbm_bytes - kernels.core_fwd_hbm_bytes,
+                kernels.fwd_kernels - kernels.core_fwd_kernels - saved_gemms)
+    hidden = layout.micro_batch_size * local_seq_length(model, layout.cp) * model.hidden_size
+    hidden = hidden * layout.param_bytes // (layout.tp if layout.sequence_parallel else 1)
+    residual_add = 3 * hidden  # read x and the branch, write the sum (simgrid.model.kernels)
+    return kernels.fwd_hbm_bytes - residual_add, kernels.fwd_kernels - 1 - saved_gemms

@@ -25,7 +25,12 @@ layer. One all-gather per unit; the next unit's all-gather is issued while the c
 (implicit forward prefetch, explicit backward prefetch of one module), at most two units unsharded at a
 time (the rate limiter). ``reshard_after_forward=True`` by default, so the backward gathers every layer
 again; the root is not resharded after forward (FSDP2 keeps it: its backward starts right away).
-Each unit's gradients are reduce-scattered when its backward finishes.
+Each unit's gradients are reduce-scattered when its backward finishes, in the dtype of
+``MixedPrecisionPolicy(reduce_dtype=...)``: ``None`` (PyTorch's default) reduces in the parameter dtype
+(16-bit under mixed precision); torchtitan passes ``float32`` (``training.mixed_precision_reduce`` default
+"float32", torchtitan/config_manager.py; ``reduce_dtype=TORCH_DTYPE_MAP[...]`` in parallelize_llama.py at
+528cab9, 9dec370 and 820504e), so each gradient is cast up and the reduce-scatter moves 4 bytes per
+element (``Layout.reduce_dtype``, :func:`reduce_bytes_per_param`).
 
 Both gather every micro-batch and reduce-scatter every micro-batch (neither skips gradient sync under
 accumulation by default), and both run all-gathers and reduce-scatters through one process group, whose
@@ -72,6 +77,17 @@ class Fsdp2:
 
 DEEPSPEED = DeepSpeedZero3()
 FSDP2 = Fsdp2()
+
+#: Bytes of one fp32 gradient element (FSDP2 ``reduce_dtype=torch.float32``).
+FP32_BYTES = 4
+
+
+def reduce_bytes_per_param(layout: Layout) -> int:
+    """Bytes per gradient element a ZeRO-3 reduce-scatter moves: 4 with FSDP2's fp32 ``reduce_dtype``,
+    else the gradient's own dtype (the parameter dtype, ``Layout.param_bytes``)."""
+    if layout.zero == 3 and layout.zero_impl == "fsdp2" and layout.reduce_dtype == "fp32":
+        return FP32_BYTES
+    return layout.param_bytes
 
 
 def _linear(weight: int, bias: int) -> list[int]:

@@ -174,6 +174,9 @@ class IterationCostModel:
         self.stages = [self._stage(p) for p in range(layout.pp)]
         self._comm_cache: dict[tuple[str, tuple[int, ...], int, int], float] = {}
         self._hop_cache: dict[tuple[int, int], float] = {}
+        self._gemm_cache: dict[tuple[int, int, int], float] = {}
+        """GEMM seconds by (stage, tokens, sampled): a load test asks for the same few thousand batch sizes
+        hundreds of thousands of times, and the tile model's cost is the serving loop's largest."""
 
     def _stage(self, p: int) -> _Stage:
         model, ml, cfg, tp = self.model, self.mlayout, self.config, self.layout.tp
@@ -215,6 +218,7 @@ class IterationCostModel:
         """The same deployment priced on ``gpu`` (other rates; the per-token coefficients are reused)."""
         other = copy.copy(self)
         other.gpu = gpu
+        other._gemm_cache = {}  # priced on the other GPU
         return other
 
     # -- times -----------------------------------------------------------------------------------------
@@ -266,26 +270,36 @@ class IterationCostModel:
 
         With a profile calibrated for generation (:mod:`simgrid.serving.insitu`), the rank's matrix rate
         and launch cost are generation's and collectives cost their time inside real generation steps."""
-        s, gpu, dt = self.stages[p], self.gpu, self.config.dtype
+        s, gpu = self.stages[p], self.gpu
         t = batch.tokens
-        gemm = s.layers * (
-            max(gemm_time_s(t * s.attn_flops, (t, *s.attn_nk), gpu, dtype=dt), memory_time_s(s.attn_weight_bytes, gpu))
-            + max(gemm_time_s(t * s.mlp_flops, (t, *s.mlp_nk), gpu, dtype=dt), memory_time_s(s.mlp_weight_bytes, gpu))
-        )
+        n = batch.sampled if s.last else 0
+        gemm = self._gemm_cache.get((p, t, n))
+        if gemm is None:
+            gemm = self._gemm_cache[(p, t, n)] = self._gemm_s(s, t, n)
         kv_bytes = (batch.context_tokens + t) * s.kv_token_bytes  # read the context, write the new tokens
         attention = s.layers * max(fused_attention_time_s(batch.pairs * s.pair_flops, gpu, dtype=self.act_dtype),
                                    memory_time_s(kv_bytes, gpu))
         elementwise_bytes = s.layers * t * s.layer_elementwise_bytes
         if s.first:
             elementwise_bytes += t * s.embed_bytes
-        if s.last and batch.sampled:
-            n = batch.sampled
-            gemm += max(gemm_time_s(n * s.head_flops, (n, *s.head_nk), gpu, dtype=dt),
-                        memory_time_s(s.head_weight_bytes, gpu))
+        if n:
             elementwise_bytes += n * s.head_elementwise_bytes
         tp_comm = sum(self._collective(kind, nbytes, s.ranks, count) for kind, nbytes, count in self.tp_calls(p, batch))
         return {"gemm": gemm, "attention": attention, "elementwise": memory_time_s(elementwise_bytes, gpu),
                 "launch": self.kernels(p, batch) * gpu.kernel_overhead_us * 1e-6, "tp_comm": tp_comm}
+
+    def _gemm_s(self, s: _Stage, t: int, n: int) -> float:
+        """GEMM seconds of a stage for ``t`` tokens, ``n`` of them sampled through the output layer: each GEMM
+        at the slower of its tile-model time and reading its weights once (a decode step's bound)."""
+        gpu, dt = self.gpu, self.config.dtype
+        gemm = s.layers * (
+            max(gemm_time_s(t * s.attn_flops, (t, *s.attn_nk), gpu, dtype=dt), memory_time_s(s.attn_weight_bytes, gpu))
+            + max(gemm_time_s(t * s.mlp_flops, (t, *s.mlp_nk), gpu, dtype=dt), memory_time_s(s.mlp_weight_bytes, gpu))
+        )
+        if n:
+            gemm += max(gemm_time_s(n * s.head_flops, (n, *s.head_nk), gpu, dtype=dt),
+                        memory_time_s(s.head_weight_bytes, gpu))
+        return gemm
 
     def hop_bytes(self, p: int, batch: BatchShape) -> int:
         """Bytes sent after stage ``p``: activations to stage ``p + 1``, or token ids back to stage 0."""

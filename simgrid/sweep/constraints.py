@@ -19,6 +19,9 @@ ALL_PIPELINE_SCHEDULES: tuple[str, ...] = tuple(s for s in SCHEDULES if s != "no
 #: Pipeline schedules a search tries by default when pp > 1 (the others on request: --schedule).
 PIPELINE_SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zbv")
 ZERO_STAGES: tuple[int, ...] = (0, 1, 2, 3)
+SEARCHED_RECOMPUTE: tuple[str, ...] = tuple(p for p in RECOMPUTE_POLICIES if p != "selective-op")
+"""Recompute policies a search tries by default: torchtitan's per-op checkpointing (``selective-op``) is one
+framework's policy, tried only when the user names it (``--recompute selective-op``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,8 +44,8 @@ class SweepConstraints:
     """Pipeline schedules tried when pp > 1."""
     zero_stages: tuple[int, ...] = ZERO_STAGES
     """ZeRO stages tried (only stage 0 is tried when dp = 1: the others shard nothing)."""
-    recompute: tuple[str, ...] = RECOMPUTE_POLICIES
-    """Activation-recompute policies tried."""
+    recompute: tuple[str, ...] = SEARCHED_RECOMPUTE
+    """Activation-recompute policies tried (``selective-op`` only when named)."""
     max_mbs: int = 8
     """Largest micro-batch size in sequences (sizes tried divide ``global_batch / dp``)."""
     micro_batch_sizes: tuple[int, ...] | None = None

@@ -275,7 +275,7 @@ def cheapest_recompute(layouts: Sequence[Layout]) -> list[Layout]:
     section 5: it trades compute for activation memory), so among fitting variants the one with less
     recompute is at least as fast. Order of the input is kept.
     """
-    cost = {"none": 0, "selective": 1, "full": 2}
+    cost = {"none": 0, "selective": 1, "selective-op": 1, "full": 2}
     best: dict[Layout, Layout] = {}
     for layout in layouts:
         key = dataclasses.replace(layout, recompute="none")

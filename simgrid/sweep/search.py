@@ -26,7 +26,7 @@ from typing import Any
 from simgrid.layout import Layout
 from simgrid.sweep.evaluate import Outcome, Task
 
-RECOMPUTE_COST = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_COST = {"none": 0, "selective": 1, "selective-op": 1, "full": 2}
 
 
 @dataclass

@@ -27,3 +27,18 @@ def test_bad_zero_impl_is_one_line_and_exit_2() -> None:
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1
     assert "zero_impl = 'megatron' is not one of deepspeed, fsdp2" in lines[0]
+
+
+def test_reduce_dtype_reaches_the_report_and_needs_fsdp2(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--reduce-dtype fp32`` (torchtitan's FSDP2 default) shows in the layout line; with DeepSpeed it is one
+    error line naming the setting and the fix, exit 2."""
+    code = main(["simulate", "--model", "tiny-gpt", "--cluster", "dgx-a100-hdr", "--gpus", "2", "--zero", "3",
+                 "--zero-impl", "fsdp2", "--reduce-dtype", "fp32"])
+    assert code in (0, None)
+    assert "ZeRO-3 (fsdp2, fp32 reduce)" in capsys.readouterr().out
+    run = subprocess.run([sys.executable, "-m", "simgrid", "simulate", "--model", "tiny-gpt", "--cluster",
+                          "dgx-a100-hdr", "--gpus", "2", "--zero", "3", "--reduce-dtype", "fp32"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 2
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and "reduce_dtype 'fp32' is FSDP2's" in lines[0] and "zero_impl 'fsdp2'" in lines[0]

@@ -10,6 +10,7 @@ pytest.importorskip("torch")
 from executor import runner
 from executor.launch import LaunchConfig
 from executor.runner import Job, run_programs, validate_or_raise
+from simgrid.errors import LayoutError
 from simgrid.layout import Layout
 from simgrid.model import get_model
 from simgrid.schedules import build_program
@@ -32,3 +33,12 @@ def test_context_parallel_programs_are_no_longer_refused_before_launch(monkeypat
         with pytest.raises(RuntimeError, match="launch reached"):
             run_programs([Job(program=program)])
     assert launched == [2, 4]
+
+
+@pytest.mark.torch
+def test_selective_op_recompute_is_refused_before_launch() -> None:
+    """The executor recomputes whole blocks and has no per-op saved-tensor policy: recompute 'selective-op'
+    is refused with one line naming the setting and the fix, before any rank launches."""
+    program = build_program(get_model("tiny-gpt"), Layout(dp=1, recompute="selective-op", flash_attention=True))
+    with pytest.raises(LayoutError, match=r"executor: recompute 'selective-op'.*not implemented; run recompute 'full'"):
+        validate_or_raise(program)

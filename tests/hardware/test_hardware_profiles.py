@@ -12,12 +12,12 @@ from simgrid.hardware import list_profiles, load_cluster_spec, load_gpu, load_no
 
 BUILTIN = Path(__file__).resolve().parents[2] / "hardware_profiles"
 SHIPPED = {
-    "gpu": ["a100-40gb-sxm", "a100-80gb-sxm", "b200", "h100-sxm", "h200-sxm", "ideal-gpu", "rtx-4090",
-            "v100-sxm2-32gb"],
-    "node": ["dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx1-v100", "hgx-b200", "hgx-h200", "ideal-node",
-             "rtx4090-workstation"],
-    "cluster": ["dgx-a100-40gb-hdr", "dgx-a100-hdr", "dgx-h100-ndr", "dgx1-v100-edr", "hgx-b200", "hgx-h200-ndr",
-                "ideal", "rtx4090-10gbe"],
+    "gpu": ["a100-40gb-sxm", "a100-80gb-sxm", "b200", "h100-sxm", "h100-sxm-96gb-500w", "h200-sxm", "ideal-gpu",
+            "rtx-4090", "v100-sxm2-32gb"],
+    "node": ["dgx-a100", "dgx-a100-40gb", "dgx-h100", "dgx1-v100", "grand-teton-h100", "hgx-b200", "hgx-h200",
+             "ideal-node", "rtx4090-workstation"],
+    "cluster": ["dgx-a100-40gb-hdr", "dgx-a100-hdr", "dgx-h100-ndr", "dgx1-v100-edr", "grand-teton-h100-rdma",
+                "hgx-b200", "hgx-h200-ndr", "ideal", "rtx4090-10gbe"],
 }
 LOADERS = {"gpu": load_gpu, "node": load_node, "cluster": load_cluster_spec}
 # Keys that are not figures (names, references, enums) need no source line.
@@ -154,3 +154,19 @@ def test_ideal_cluster_is_infinitely_fast() -> None:
     for link in (spec.node.intra_link, spec.node.pcie_link, spec.node.nic_link):
         assert math.isinf(link.bandwidth_GBps) and link.latency_us == 0 and link.efficiency == 1
     assert spec.network.kind == "ideal" and spec.network.switch_latency_us == 0
+
+
+def test_h100_500w_profile_is_the_sxm_die_slowed_by_its_power_limit_and_hbm2e() -> None:
+    """The Grand Teton H100 (torchtitan's benchmarks): same die and rated peak as h100-sxm, 2.4 TB/s HBM2e, and a
+    sustained clock = h100-sxm's x NVIDIA's 500 W rating interpolated between the NVL (835.5 TFLOP/s at 400 W) and
+    the SXM (989.4 at 700 W), inside those two ratings' bounds; the cluster wires it to 400 Gb/s per GPU."""
+    slow, sxm = load_gpu("h100-sxm-96gb-500w"), load_gpu("h100-sxm")
+    assert slow.peak_tflops == sxm.peak_tflops and slow.sm_count == sxm.sm_count and slow.matmul == sxm.matmul
+    assert slow.hbm_bandwidth_GBps == 2400 and slow.memory_GiB == 96
+    rating_500w = 835.5 + (989.4 - 835.5) * (500 - 400) / (700 - 400)
+    assert slow.sustained_clock_fraction == pytest.approx(sxm.sustained_clock_fraction * rating_500w / 989.4, abs=5e-4)
+    assert sxm.sustained_clock_fraction * 835.5 / 989.4 < slow.sustained_clock_fraction < sxm.sustained_clock_fraction
+    cluster = load_cluster_spec("grand-teton-h100-rdma")
+    assert cluster.node.gpu.name == "h100-sxm-96gb-500w"
+    assert cluster.node.gpus_per_node == 8 and cluster.node.nics_per_node == 8
+    assert cluster.node.nic_link.bandwidth_GBps == 50  # 400 Gb/s per GPU

@@ -80,3 +80,28 @@ def test_round_trip_through_dict() -> None:
     assert Layout.from_dict(lay.to_dict()) == lay
     with pytest.raises(LayoutError, match=r"unknown field\(s\) \['tpp'\]"):
         Layout.from_dict({"tpp": 2})
+
+
+def test_selective_op_needs_fused_attention_and_sequence_parallel_with_tp() -> None:
+    """Per-op checkpointing saves the fused kernel's outputs (needs flash_attention) and, with tp > 1, the
+    sequence-parallel reduce-scatter outputs (needs sequence_parallel); MoE models are refused."""
+    Layout(recompute="selective-op", flash_attention=True)
+    Layout(recompute="selective-op", flash_attention=True, tp=2, sequence_parallel=True)
+    with pytest.raises(LayoutError, match=r"selective-op.*turn flash_attention on"):
+        Layout(recompute="selective-op")
+    with pytest.raises(LayoutError, match=r"selective-op' with tp = 2.*turn sequence_parallel on"):
+        Layout(recompute="selective-op", flash_attention=True, tp=2)
+    from simgrid.model import get_model
+
+    with pytest.raises(LayoutError, match="selective-op' is not modelled for MoE models"):
+        check_layout(get_model("mixtral-8x7b"), Layout(recompute="selective-op", flash_attention=True))
+
+
+def test_reduce_dtype_fp32_needs_fsdp2() -> None:
+    """reduce_dtype is FSDP2's MixedPrecisionPolicy setting: 'fp32' with DeepSpeed is refused, bad names too."""
+    assert Layout().reduce_dtype == "param"
+    Layout(dp=2, zero=3, zero_impl="fsdp2", reduce_dtype="fp32")
+    with pytest.raises(LayoutError, match=r"reduce_dtype 'fp32' is FSDP2's.*zero_impl = 'deepspeed'"):
+        Layout(dp=2, zero=3, reduce_dtype="fp32")
+    with pytest.raises(LayoutError, match="reduce_dtype"):
+        Layout(reduce_dtype="fp16")  # type: ignore[arg-type]

@@ -174,3 +174,34 @@ def test_recompute_adds_one_layer_of_recomputed_activations() -> None:
     selective = Layout(global_batch_size=1, recompute="selective")
     stored = 48 * 34 * s * h + embed + head
     assert activation_memory_bytes(m, selective) == [stored + 5 * a * s * s]
+
+
+def test_selective_op_activation_memory_sits_between_full_and_none_with_its_rerun_working_set() -> None:
+    """Per-op checkpointing keeps more than full recompute and less than none; the recompute working set is
+    one layer's none-minus-selective-op bytes (what the rerun rebuilds at once)."""
+    model = get_model("llama3-8b")
+
+    def peak(recompute: str) -> int:
+        lay = Layout(dp=8, zero=3, zero_impl="fsdp2", micro_batch_size=1, global_batch_size=8, flash_attention=True,
+                     recompute=recompute)  # type: ignore[arg-type]
+        return activation_memory_bytes(model, lay)[0]
+
+    full, op, none = peak("full"), peak("selective-op"), peak("none")
+    assert full < op < none
+    from simgrid.memory.activations import recompute_working_bytes
+    from simgrid.model import block_cost
+
+    lay = Layout(dp=8, zero=3, zero_impl="fsdp2", micro_batch_size=1, global_batch_size=8, flash_attention=True,
+                 recompute="selective-op")
+    plain = Layout(dp=8, zero=3, zero_impl="fsdp2", micro_batch_size=1, global_batch_size=8, flash_attention=True)
+    layer = sum(block_cost(model, plain, b).activation_bytes - block_cost(model, lay, b).activation_bytes for b in (1, 2))
+    assert recompute_working_bytes(model, lay) == layer
+
+
+def test_fsdp2_fp32_reduce_dtype_doubles_the_gradient_buffers() -> None:
+    """FSDP2 casts gradients to fp32 before reducing: its reduce-scatter buffers hold 4 bytes per element."""
+    model = get_model("llama3-8b")
+    base = Layout(dp=8, zero=3, zero_impl="fsdp2", micro_batch_size=1, global_batch_size=8, flash_attention=True)
+    fp32 = Layout(dp=8, zero=3, zero_impl="fsdp2", micro_batch_size=1, global_batch_size=8, flash_attention=True,
+                  reduce_dtype="fp32")
+    assert comm_buffer_bytes(model, fp32)["zero3-grads"] == 2 * comm_buffer_bytes(model, base)["zero3-grads"]

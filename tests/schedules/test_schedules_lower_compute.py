@@ -133,3 +133,17 @@ def test_stage_granularity_sums_the_fused_core_flops() -> None:
     f = next(op for op in _computes(compute_steps(ctx, 0)) if op.kind == "F")
     assert f.attention_flops == 2 * core
 
+
+
+def test_selective_op_recompute_puts_an_r_before_every_layer_backward_with_the_rerun_linears() -> None:
+    """Per-op checkpointing reruns part of every attention and MLP sub-block: one R before each of their
+    backwards (not the embedding or head), whose FLOPs are the rerun linears': tiny-gpt has biases (addmm, never
+    saved), so every linear of the sub-block, 2 T (3h h + h h) for attention, 2 T (h 4h + 4h h) for the MLP."""
+    ctx = context(recompute="selective-op", flash_attention=True)
+    ops = _computes(add_recompute(ctx, compute_steps(ctx, 0)))
+    recomputed = sorted(op.block_start for op in ops if op.kind == "R")
+    assert recomputed == list(range(1, 9))
+    t, h = TINY.seq_length, TINY.hidden_size
+    by_block = {op.block_start: op for op in ops if op.kind == "R"}
+    assert by_block[1].flops == 2 * t * (3 * h * h + h * h)
+    assert by_block[2].flops == 2 * t * (h * 4 * h + 4 * h * h)

@@ -165,3 +165,19 @@ def test_zero_impl_is_validated() -> None:
     """An unknown implementation is a LayoutError naming the field, the value and the choices."""
     with pytest.raises(LayoutError, match=r"zero_impl = 'megatron' is not one of deepspeed, fsdp2"):
         Layout(zero_impl="megatron")  # type: ignore[arg-type]
+
+
+def test_fsdp2_fp32_reduce_dtype_doubles_every_bf16_reduce_scatter_and_its_buffer() -> None:
+    """torchtitan's reduce_dtype = float32: the same reduce-scatters as reduce_dtype 'param', each moving and
+    buffering 4 bytes per gradient element instead of bf16's 2; the gathers are unchanged."""
+    def scatters(ops: tuple[Op, ...]) -> list[Collective]:
+        return [op for op in ops if isinstance(op, Collective) and op.purpose == "zero-grad"]
+
+    plain = _ops(TINY, zero_impl="fsdp2")
+    fp32 = _ops(TINY, zero_impl="fsdp2", reduce_dtype="fp32")
+    assert [op.label for op in scatters(fp32)] == [op.label for op in scatters(plain)]
+    assert [op.bytes for op in scatters(fp32)] == [2 * op.bytes for op in scatters(plain)]
+    assert [op.bytes for op in _gathers(fp32)] == [op.bytes for op in _gathers(plain)]
+    buffers = {op.name: op.bytes for op in fp32 if isinstance(op, Alloc) and op.name.startswith("zero3-grad")}
+    plain_buffers = {op.name: op.bytes for op in plain if isinstance(op, Alloc) and op.name.startswith("zero3-grad")}
+    assert buffers == {name: 2 * size for name, size in plain_buffers.items()}

@@ -103,3 +103,22 @@ def test_an_empty_iteration_is_a_bug() -> None:
     """Zero tokens is never scheduled."""
     with pytest.raises(ValueError, match="at least one token"):
         _cost("llama2-7b", ServingLayout()).time(combine([]))
+
+
+def test_repeated_batch_sizes_are_priced_the_same_and_another_gpu_is_priced_afresh() -> None:
+    """The GEMM memo keys on (stage, tokens, sampled): a second ask gives the first answer, a batch that
+    differs only in context shares the GEMMs but not the attention, and a model moved to another GPU does
+    not reuse the first GPU's GEMM times."""
+    from simgrid.hardware import load_gpu
+
+    cost = _cost("llama2-7b", ServingLayout())
+    first = cost.time(chunk_shape(64, 100, sampled=True))
+    assert cost.time(chunk_shape(64, 100, sampled=True)) == first
+    longer = cost.time(chunk_shape(64, 4000, sampled=True))
+    assert longer.breakdown_s["gemm"] == first.breakdown_s["gemm"]
+    assert longer.breakdown_s["attention"] > first.breakdown_s["attention"]
+    h100 = load_gpu("h100-sxm")
+    moved = cost.with_gpu(h100).time(chunk_shape(64, 100, sampled=True))
+    fresh = _cost("llama2-7b", ServingLayout()).with_gpu(h100).time(chunk_shape(64, 100, sampled=True))
+    assert moved == fresh
+    assert moved.breakdown_s["gemm"] < first.breakdown_s["gemm"]

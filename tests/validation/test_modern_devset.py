@@ -21,7 +21,7 @@ sys.path.insert(0, str(BENCHMARKS))
 import modern_data  # noqa: E402
 import modern_devset  # noqa: E402
 from modern_data import DEV_ROWS, EXCLUDED, DevRow  # noqa: E402
-from modern_devset import DevPoint, DevResult  # noqa: E402
+from modern_devset import DevPoint, DevResult, dev_layout  # noqa: E402
 
 from simgrid.model import get_model, param_count  # noqa: E402
 
@@ -68,17 +68,22 @@ def test_published_figure_appears_as_printed() -> None:
         assert float(digits) == pytest.approx(row.published), row.id
 
 
-def test_rows_whose_recipe_uses_compile_or_op_level_checkpointing_flag_a_deviation() -> None:
-    """torch.compile and per-op selective checkpointing have no simulator setting: such rows say so."""
+def test_rows_simulate_their_recipes_op_level_checkpointing_fp32_reduce_and_500w_parts() -> None:
+    """torch.compile has no simulator setting (a deviation says so); per-op selective checkpointing runs as
+    recompute 'selective-op', torchtitan's fp32 gradient reduce as reduce_dtype 'fp32', and the torchtitan H100
+    rows run on the 500 W, 2.4 TB/s Grand Teton profile (flagged: its 500 W clock is interpolated)."""
     for row in DEV_ROWS:
         text = row.recipe.lower()
         deviations = " ".join(row.deviations).lower()
         if "torch.compile" in text and "no torch.compile" not in text:
             assert "compile" in deviations, row.id
         if "per-op" in text or "selective op" in text or "selective (per-op)" in text:
-            assert "checkpointing" in deviations, row.id
+            assert row.recompute == "selective-op" and "checkpointing" not in deviations, row.id
+        if "fp32 gradient reduce-scatter" in text:
+            assert row.zero_impl == "fsdp2" and row.reduce_dtype == "fp32", row.id
+            assert dev_layout(row).reduce_dtype == "fp32", row.id
         if row.source is modern_data.TITAN_2024_12 or row.source is modern_data.TITAN_ASYNC_TP:
-            assert "500 w" in deviations, row.id
+            assert row.cluster == "grand-teton-h100-rdma" and "500 w" in deviations, row.id
 
 
 #: Megatron-LM README H100 table (model_table.png): name -> (size B, MFU %, aggregate PFLOP/s), as printed.
