@@ -133,7 +133,7 @@ def _p2p_program(second_wait: str) -> Program:
 
 
 def test_waiting_twice_on_a_handle_and_on_an_unknown_one_behave_as_on_simpy() -> None:
-    """The fast loop forgets a handle once a WAIT has seen it finished; a second WAIT on it still passes,
+    """The fast loop forgets a handle at the first WAIT on it (here one that blocks); a second WAIT still passes,
     and a WAIT on a handle no op issued is still the same one-line error."""
     cluster = _cluster("dgx-a100-hdr", 2)
     twice = _p2p_program("r")
