@@ -78,7 +78,6 @@ def grad_buckets(model: ModelSpec, layout: Layout, stage: int, *, experts: bool 
     """Buckets of global pipeline ``stage``: its blocks in reverse order, closed at the bucket size. With
     ``experts`` the buckets of the routed experts' gradients (MoE sub-blocks only; synced over the expert
     data-parallel group, labelled ``ebucket``), otherwise of every other gradient."""
-    from simgrid.memory.buffers import BYTES_PER_BUCKET_MB
     from simgrid.model import stage_blocks
 
     cap = bucket_cap_bytes(model, layout, stage)

@@ -4,6 +4,7 @@ where the gathers and their waits sit, one in flight, bytes conserved, stage-gra
 from __future__ import annotations
 
 import dataclasses
+from itertools import pairwise
 
 import pytest
 from schedule_helpers import TINY
@@ -60,7 +61,7 @@ def test_one_gather_in_flight_and_none_after_the_optimizer() -> None:
     parameter gather (the next step's forward gathers what it updated)."""
     ops = _ops(BASE)
     gathers = _gathers(ops)
-    for (_, prev), (index, _) in zip(gathers, gathers[1:], strict=False):
+    for (_, prev), (index, _) in pairwise(gathers):
         waited = next(i for i, op in enumerate(ops) if isinstance(op, Wait) and op.handle == prev.handle)
         assert waited < index
     opt = next(i for i, op in enumerate(ops) if isinstance(op, Compute) and op.kind == "OPT")
@@ -114,5 +115,5 @@ def test_later_pipeline_rank_gathers_its_single_megatron_bucket_during_the_fill(
 @pytest.mark.parametrize("fields", [{"zero": 0}, {"zero": 2}, {"overlap_grad_reduce": False}])
 def test_overlap_param_gather_needs_zero1_with_overlapped_grad_reduce(fields: dict[str, object]) -> None:
     """Megatron-LM asserts the distributed optimizer and --overlap-grad-reduce for --overlap-param-gather."""
-    with pytest.raises(LayoutError, match="overlap_param_gather .* needs zero = 1 with overlap_grad_reduce"):
+    with pytest.raises(LayoutError, match=r"overlap_param_gather .* needs zero = 1 with overlap_grad_reduce"):
         dataclasses.replace(BASE, **fields)  # type: ignore[arg-type]

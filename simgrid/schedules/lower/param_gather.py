@@ -28,13 +28,16 @@ Not modelled: Megatron turns bucketing off on pipeline ranks > 0 (one bucket per
 
 from __future__ import annotations
 
+from itertools import pairwise
+from typing import Final
+
 from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.schedules.buckets import Bucket
 from simgrid.schedules.lower.compute import compute_op
 from simgrid.schedules.lower.context import LoweringContext, Role, Step
 
-PURPOSE = "zero-param"
+PURPOSE: Final = "zero-param"
 
 
 def bucket_param_bytes(ctx: LoweringContext, bucket: Bucket) -> int:
@@ -69,7 +72,7 @@ def _split_at(ctx: LoweringContext, op: Compute, cuts: set[int]) -> list[Compute
     if not inner:
         return [op]
     edges = [op.block_start, *inner, op.block_end]
-    return [compute_op(ctx, "F", op.stage, op.microbatch, a, b) for a, b in zip(edges, edges[1:], strict=False)]
+    return [compute_op(ctx, "F", op.stage, op.microbatch, a, b) for a, b in pairwise(edges)]
 
 
 def add_overlapped_param_gather(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
@@ -79,7 +82,7 @@ def add_overlapped_param_gather(ctx: LoweringContext, role: Role, pp_rank: int) 
     # Forward order: model chunks in order, each chunk's buckets from the model's start (last index first).
     order = [(stage, bucket) for stage in ctx.stages_of(pp_rank) for bucket in reversed(ctx.buckets(stage))]
     issue = [gather_collective(ctx, pp_rank, stage, bucket) for stage, bucket in order]
-    role[0].ops = role[0].ops + [issue[0]]
+    role[0].ops = [*role[0].ops, issue[0]]
     position = 0  # index into ``order`` of the next bucket to wait for
     for stage in ctx.stages_of(pp_rank):
         step = _first_forward(role, stage)
