@@ -49,8 +49,13 @@ LOSS_FWD_BYTES_PER_LOGIT_EXTRA = 20
 #: ``calculate_cross_entropy_loss``: ``exp_logits.div_(sum_exp_logits)``), the unfused default of Megatron-Core
 #: r0.8 (``--cross-entropy-loss-fusion`` off).
 MEGATRON_LOSS_FWD_BYTES_PER_LOGIT_EXTRA = 36
-#: Backward: subtract one-hot in place / scale by the loss gradient in place (8), cast back (4 + d).
+#: Megatron's backward: subtract the one-hot in place and scale by the loss gradient in place (8), cast back
+#: (read 4; the write ``d`` is counted with the cast's 16-bit side).
 LOSS_BWD_BYTES_PER_LOGIT_EXTRA = 12
+#: PyTorch's backward: ``nll_loss_backward`` zero-fills the whole fp32 gradient before scattering the targets
+#: (``grad_input.zero_()`` in aten/src/ATen/native/cuda/Loss.cu, write 4), log-softmax's backward sums the
+#: incoming gradient (read 4) then writes ``grad - exp(out) * sum`` (read 4 + 4, write 4), cast back (read 4).
+EAGER_LOSS_BWD_BYTES_PER_LOGIT_EXTRA = 24
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,12 +111,13 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
         logits = tokens * local_vocab(model, tp)
         megatron = layout.kernel_fusion == "fused"
         loss_fwd = MEGATRON_LOSS_FWD_BYTES_PER_LOGIT_EXTRA if megatron else LOSS_FWD_BYTES_PER_LOGIT_EXTRA
+        loss_bwd = LOSS_BWD_BYTES_PER_LOGIT_EXTRA if megatron else EAGER_LOSS_BWD_BYTES_PER_LOGIT_EXTRA
         fwd = 2 * hidden + logits * (d + loss_fwd) + extra[0]
-        bwd = 3 * hidden + logits * (d + LOSS_BWD_BYTES_PER_LOGIT_EXTRA) + extra[1]
+        bwd = 3 * hidden + logits * (d + loss_bwd) + extra[1]
         # norm, GEMM, cast, max, exp, sum, target gather (Megatron: + subtract, divide) / norm bwd, 2 GEMMs,
-        # subtract, cast
-        fwd_k = 7 + (2 if megatron else 0)
-        return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k + extra[2], bwd_kernels=5 + extra[3],
+        # subtract, cast (PyTorch: zero-fill, target scatter and log-softmax backward instead of the subtract)
+        fwd_k, bwd_k = (9, 5) if megatron else (7, 7)
+        return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k + extra[2], bwd_kernels=bwd_k + extra[3],
                             gemm_mnk=(tokens, local_vocab(model, tp), h))
 
     norm_fwd, norm_bwd = 2 * hidden, 3 * hidden
