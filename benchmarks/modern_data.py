@@ -103,6 +103,8 @@ class DevRow:
     """Activation recomputation the simulator runs."""
     sequence_parallel: bool = False
     """Megatron sequence parallelism (or torchtitan's sequence-parallel norms) with tp > 1."""
+    tp_comm_overlap: bool = False
+    """Megatron-Core ``--tp-comm-overlap`` (Transformer Engine's chunked TP overlap; Layout.tp_comm_overlap)."""
     flash_attention: bool = True
     """Fused attention (FlashAttention / cuDNN / SDPA flash backend)."""
     attention_kernel: str = "auto"
@@ -225,7 +227,8 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
     return DevRow(
         id=f"megatron-h100-{size}", source=MEGATRON_README, gpu="H100", cluster="dgx-h100-ndr",
         model=f"megatron-h100-{size}", seq_length=4096, dp=48, tp=tp, pp=pp, zero=1, zero_impl="megatron",
-        micro_batch=1, global_batch=gbs, sequence_parallel=tp > 1, metric="model_tflops_per_gpu",
+        micro_batch=1, global_batch=gbs, sequence_parallel=tp > 1, tp_comm_overlap=tp > 1,
+        metric="model_tflops_per_gpu",
         published=tflops, published_text=f"{tflops} per-GPU teraFLOP/s",
         conversion="tokens/s/GPU = TFLOP/s * 1e12 * GPUs * s * B / Megatron-Core r0.8.0 FLOPs of one step "
                    "(megatron_core_flops_per_step: recompute not counted, causal attention counted in full)",
@@ -239,8 +242,6 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
             "ZeRO-1 (the distributed optimizer --overlap-param-gather needs); cluster: DGX H100 with NDR "
             "InfiniBand (the README names only the GPU)",
         ),
-        deviations=("--tp-comm-overlap: the simulator has no tensor-parallel communication overlap, so "
-                    "tensor-parallel collectives are exposed",) if tp > 1 else (),
     )
 
 

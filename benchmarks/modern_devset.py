@@ -57,6 +57,7 @@ def dev_layout(row: DevRow) -> Layout:
     layout = Layout(dp=row.dp, tp=row.tp, pp=row.pp, cp=row.cp, vpp=row.vpp, zero=row.zero,
                     micro_batch_size=row.micro_batch, global_batch_size=row.global_batch, schedule=schedule,
                     recompute=row.recompute, sequence_parallel=row.sequence_parallel,
+                    tp_comm_overlap=row.tp_comm_overlap,
                     flash_attention=row.flash_attention, attention_kernel=row.attention_kernel,  # type: ignore[arg-type]
                     kernel_fusion=row.kernel_fusion, precision=row.precision, **kwargs)  # type: ignore[arg-type]
     check_layout(dev_model(row), layout)
@@ -75,7 +76,7 @@ def published_tokens_per_gpu(row: DevRow) -> float:
 
 
 def layout_text(layout: Layout) -> str:
-    """``dp32 tp8 pp2 cp2 zero3 mb1 gbs128 1f1b full sp fa`` style summary (degrees of 1 left out)."""
+    """``dp32 tp8 pp2 cp2 zero3 mb1 gbs128 1f1b full sp tp-overlap fa`` style summary (degrees of 1 left out)."""
     parts = [f"dp{layout.dp}"]
     parts += [f"{name}{value}" for name, value in (("tp", layout.tp), ("pp", layout.pp), ("v", layout.vpp),
                                                    ("cp", layout.cp)) if value > 1]
@@ -87,6 +88,8 @@ def layout_text(layout: Layout) -> str:
     parts.append(f"recompute-{layout.recompute}")
     if layout.sequence_parallel:
         parts.append("sp")
+    if layout.tp_comm_overlap:
+        parts.append("tp-overlap")
     if layout.flash_attention:
         parts.append("fa")
     return " ".join(parts)

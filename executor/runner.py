@@ -100,6 +100,12 @@ def validate_or_raise(program: Program) -> None:
     optimizer_for(program.layout.optimizer)  # an optimizer the executor cannot run is refused before launch
     check_experts_supported(program.model, program.layout)
     check_recompute_supported(program.layout)
+    if program.layout.tp_comm_overlap:
+        raise LayoutError(
+            "executor: tp_comm_overlap = true (Transformer Engine's chunked tensor-parallel overlap) is not "
+            "implemented; the executor runs each tensor-parallel collective whole: build the program without "
+            "--tp-comm-overlap"
+        )
 
 
 def check_recompute_supported(layout: Layout) -> None:

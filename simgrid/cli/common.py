@@ -150,6 +150,11 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
     choice(("--recompute",), RECOMPUTE_POLICIES, "none", "activation recompute")
     switch("--sequence-parallel", "Megatron sequence parallelism (tp > 1)")
     switch("--flash-attention", "fused attention core (FlashAttention): no s x s scores in HBM or activations")
+    if not lists:  # a search would need it per layout (tp > 1 with sequence parallelism): not offered there
+        g.add_argument("--tp-comm-overlap", action="store_true",
+                       help="Megatron-Core --tp-comm-overlap: Transformer Engine overlaps the sequence-parallel "
+                            "all-gathers / reduce-scatters with their GEMMs in chunks (needs tp > 1 and "
+                            "--sequence-parallel)")
     g.add_argument("--attention-kernel", choices=("auto", "fa2", "fa3"), default="auto",
                    help="fused-attention kernel priced with --flash-attention: fa2, fa3 or auto (the GPU's default)")
     g.add_argument("--kernel-fusion", choices=("fused", "eager", "eager-fused-norm"), default="fused",
@@ -322,6 +327,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         offload_optimizer=args.offload, dp_mode=args.dp_mode, bucket_size_MB=args.bucket_mb,
         overlap_grad_reduce=getattr(args, "overlap_grad_reduce", True),
         zero_impl=getattr(args, "zero_impl", "deepspeed"), reduce_dtype=getattr(args, "reduce_dtype", "param"),
+        tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
     )
     if order is None:
         return Layout(**fields)

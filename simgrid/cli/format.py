@@ -45,6 +45,8 @@ def describe_layout(lay: Layout) -> str:
         parts.append(f"recompute {lay.recompute}")
     if lay.sequence_parallel:
         parts.append("SP")
+    if lay.tp_comm_overlap:
+        parts.append("TP comm overlap")
     if lay.flash_attention:
         parts.append("flash attention")
     return ", ".join(parts)

@@ -29,6 +29,14 @@ has no latency at all.
 
 Measured tables: when the cluster profile has measured times for (kind, group size) and the algorithm is
 "auto", they replace the formula (times ``count``).
+
+``ring_exchange`` is not an NCCL call: one step of the peer-to-peer ring exchange that Transformer Engine's
+userbuffers (``CommOverlapP2P``) run beside their GEMM chunks: ``userbuffers_send`` is a ``cudaMemcpyAsync``
+into the peer's registered buffer plus a one-thread flag kernel (TE userbuffers, ``use_ce = True``, the
+default of ``initialize_ub``). Every member copies ``S`` bytes to its
+ring successor at once: the step costs the route latency (one copy crosses it once; no NCCL protocol or
+base latency) plus the transfer time on the busiest link, as a send/receive of ``S`` bytes would
+(:func:`simgrid.costs.p2p_time_s`).
 """
 
 from __future__ import annotations
@@ -64,6 +72,7 @@ ALGORITHMS: dict[str, tuple[str, ...]] = {
     "reduce": ("ring",),
     "all_to_all": ("pairwise",),
     "barrier": ("ring", "tree", "nvls", "hierarchical"),
+    "ring_exchange": ("ring",),
 }
 """Algorithms each collective kind supports (besides ``auto``)."""
 
@@ -148,6 +157,27 @@ def _unit_phases(kind: str, ranks: tuple[int, ...], topo: Topology, algorithm: s
     if algorithm == "nvls":
         return nvls_phases(op, 1.0, ranks, topo)
     return ring_phases(op, 1.0, ranks, topo)  # ring and PAT move the same bytes
+
+
+def ring_exchange_phase(nbytes: float, ranks: Sequence[int]) -> Phase:
+    """The one transfer phase of a ring-exchange step: every rank sends ``nbytes`` to its successor in
+    ``ranks`` order (the group's order, as TE's ``_next_rank`` = rank + 1 in the tensor-parallel domain)."""
+    n = len(ranks)
+    return Phase(tuple((ranks[i], ranks[(i + 1) % n], float(nbytes)) for i in range(n)), 0.0, 1)
+
+
+def _ring_exchange_costs(nbytes: float, ranks: tuple[int, ...], topo: Topology) -> tuple[float, float]:
+    """(transfer seconds, latency seconds) of one ring-exchange step of ``nbytes`` per rank."""
+    memo = _call_memo.setdefault(topo, {})
+    key = ("ring_exchange", group_signature(ranks, topo), nbytes)
+    found = memo.get(key)
+    if found is None:
+        transfer = phase_cost(ring_exchange_phase(nbytes, ranks), topo)[0] if nbytes > 0 else 0.0
+        latency = max(topo.route_latency_s(a, b) for a, b in zip(ranks, ranks[1:] + ranks[:1], strict=True))
+        memo[key] = transfer
+        memo[(*key, "latency")] = latency
+        return transfer, latency
+    return found, memo[(*key, "latency")]
 
 
 def phase_cost(phase: Phase, topo: Topology) -> tuple[float, float]:
@@ -311,6 +341,9 @@ def collective_time_s(kind: str, nbytes: float, ranks: Sequence[int], topo: Topo
     n = len(group)
     if n == 1:
         return 0.0
+    if kind == "ring_exchange":
+        transfer, latency = _ring_exchange_costs(nbytes / count, group, topo)
+        return count * (transfer + latency)
     measured = topo.cluster.spec.measured
     if measured is not None and algorithm == "auto" and protocol == "auto":
         t_us = measured.collective_time_us(kind, n, nbytes / count)
@@ -340,6 +373,10 @@ def collective_phases(kind: str, nbytes: float, ranks: Sequence[int], topo: Topo
     if len(group) == 1:
         return []
     size = nbytes / count
+    if kind == "ring_exchange":
+        step_latency = _ring_exchange_costs(size, group, topo)[1]
+        head = [Phase((), step_latency * count, 1)] if step_latency > 0 else []
+        return head + ([ring_exchange_phase(nbytes, group)] if nbytes > 0 else [])
     algo, proto = choose(kind, size, group, topo, root=root, algorithm=algorithm, protocol=protocol)
     plan = _plan(kind, group, topo, algo, root)
     latency = _latency_s(kind, algo, proto, plan[1], 0.0 if kind == "barrier" else size, topo, group)

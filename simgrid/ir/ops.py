@@ -24,7 +24,12 @@ ComputeKind = Literal["F", "B", "I", "W", "R", "OPT"]
 """F forward; B full backward; I input-grad backward; W weight-grad backward; R recompute forward
 (activation recomputation before a backward); OPT optimizer step."""
 
-CollectiveKind = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier"]
+CollectiveKind = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all", "barrier",
+                         "ring_exchange"]
+"""``ring_exchange`` is one step of a ring exchange: every member copies ``bytes`` to the next member of the group
+(in group order) and receives as many from the previous one, by peer-to-peer copies on the GPU's copy engines
+(Transformer Engine's userbuffers ring exchange, :mod:`simgrid.schedules.lower.tp_overlap`). The copies take no
+SMs but do move HBM traffic; the engine slows overlapped compute for it as for any collective in flight."""
 
 CommPurpose = Literal[
     "tp",  # tensor-parallel activation all-reduce / SP all-gather + reduce-scatter
@@ -136,12 +141,13 @@ class Collective:
     """Asynchronous collective on a named process group (``async_op=True``)."""
 
     kind: CollectiveKind
-    """all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all or barrier."""
+    """all_reduce, reduce_scatter, all_gather, broadcast, reduce, all_to_all, barrier or ring_exchange."""
     group: str
     """Name of a group in the program's group table."""
     bytes: int
     """Message size per rank in the nccl-tests convention: the larger of input and output buffers
-    (all-reduce: the buffer; reduce-scatter: the full input; all-gather: the full output)."""
+    (all-reduce: the buffer; reduce-scatter: the full input; all-gather: the full output; ring exchange:
+    what each member sends)."""
     purpose: CommPurpose
     """Why it happens (see :data:`CommPurpose`)."""
     handle: str

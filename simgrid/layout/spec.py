@@ -119,6 +119,11 @@ class Layout:
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient sync with the backward, bucket by bucket (PyTorch DDP); False
     syncs every bucket after the last backward (Megatron-LM 2021's ``--DDP-impl local``)."""
+    tp_comm_overlap: bool = False
+    """Megatron-Core ``--tp-comm-overlap``: Transformer Engine's userbuffers run the sequence-parallel
+    all-gathers and reduce-scatters of the transformer layers in chunks beside their GEMMs
+    (:mod:`simgrid.schedules.lower.tp_overlap`); False issues each next to its GEMM and waits for it. Needs
+    tp > 1 and sequence parallelism (Megatron-LM's argument check)."""
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
@@ -138,7 +143,8 @@ class Layout:
         _choice("kernel_fusion", self.kernel_fusion, KERNEL_FUSIONS)
         _choice("zero_impl", self.zero_impl, ZERO_IMPLS)
         _choice("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
-        for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce"):
+        for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
+                     "tp_comm_overlap"):
             if not isinstance(getattr(self, flag), bool):
                 raise LayoutError(f"layout: {flag} = {getattr(self, flag)!r} must be true or false")
         if isinstance(self.bucket_size_MB, bool) or not isinstance(self.bucket_size_MB, int | float):
@@ -259,6 +265,12 @@ class Layout:
             raise LayoutError(
                 "layout: sequence_parallel shards along the sequence over the tensor-parallel group and "
                 "needs tp > 1; set tp > 1 or turn sequence parallelism off"
+            )
+        if self.tp_comm_overlap and (self.tp == 1 or not self.sequence_parallel):
+            raise LayoutError(
+                f"layout: tp_comm_overlap overlaps the sequence-parallel all-gathers and reduce-scatters with their "
+                f"GEMMs and needs tp > 1 with sequence parallelism (tp = {self.tp}, sequence_parallel = "
+                f"{self.sequence_parallel}); set both, or turn tp_comm_overlap off"
             )
         if self.zero >= 2 and self.pp > 1:
             raise LayoutError(

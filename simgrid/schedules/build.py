@@ -50,6 +50,7 @@ from simgrid.schedules.lower.optimizer import (
 )
 from simgrid.schedules.lower.p2p import add_pipeline_p2p
 from simgrid.schedules.lower.tensor_parallel import add_context_parallel, add_tensor_parallel
+from simgrid.schedules.lower.tp_overlap import add_overlapped_tensor_parallel
 from simgrid.schedules.lower.zero3 import add_zero3
 from simgrid.schedules.pipeline import PipelineOrder
 
@@ -67,9 +68,15 @@ def build_roles(ctx: LoweringContext) -> list[Role]:
         role = add_overlapped_grad_sync(ctx, role, pp_rank)
         role = add_zero2_grad_sync(ctx, role, pp_rank)
         role = add_expert_grad_sync(ctx, role, pp_rank)
-        role = add_tensor_parallel(ctx, role, pp_rank)
-        role = add_context_parallel(ctx, role, pp_rank)
-        role = add_expert_parallel(ctx, role, pp_rank)
+        if ctx.layout.tp_comm_overlap:
+            # The overlap splits compute ops into GEMM chunks: the passes that wrap whole compute ops go first.
+            role = add_context_parallel(ctx, role, pp_rank)
+            role = add_expert_parallel(ctx, role, pp_rank)
+            role = add_overlapped_tensor_parallel(ctx, role, pp_rank)
+        else:
+            role = add_tensor_parallel(ctx, role, pp_rank)
+            role = add_context_parallel(ctx, role, pp_rank)
+            role = add_expert_parallel(ctx, role, pp_rank)
         roles.append(role)
     return add_pipeline_p2p(ctx, roles)
 

@@ -300,3 +300,29 @@ def test_groups_of_the_same_shape_share_a_plan_but_leaf_boundaries_matter() -> N
     # 16 nodes send 16 x S/32 each across the leaf: 8 S over an uplink of 32 x 25 / 4 = 200 GB/s.
     assert t_straddling == pytest.approx(8 * S / 200e9)
     assert collective_time_s("all_to_all", S, straddling, topo()) == t_straddling  # fresh cache, same answer
+
+
+def test_ring_exchange_step_costs_one_neighbour_copy() -> None:
+    """A ring-exchange step (TE userbuffers' copy-engine p2p: every member copies S to its successor at once)
+    costs what one send of S to a neighbour costs: S over one NVLink port plus the route latency, with no
+    NCCL base latency; ``count`` steps of S / count each pay the latency ``count`` times."""
+    from simgrid.costs import p2p_time_s
+
+    S, B, a = 8e6, 100e9, 3.4e-6
+    topo = one_node(8, latency_us=3.4)
+    got = collective_time_s("ring_exchange", S, range(8), topo)
+    assert got == pytest.approx(S / B + a)
+    assert got == pytest.approx(p2p_time_s(S, 0, 1, topo))
+    assert collective_time_s("ring_exchange", S, range(8), topo, count=4) == pytest.approx(S / B + 4 * a)
+    assert collective_time_s("ring_exchange", S, (3,), topo) == 0.0
+
+
+def test_ring_exchange_over_the_network_is_bound_by_the_nic() -> None:
+    """Across nodes the ring's node-crossing copies ride the NICs: slower than the same step inside a node."""
+    from simgrid.topology import synthetic_cluster as cluster
+
+    two = Topology(cluster(num_gpus=8, gpus_per_node=4, intra_GBps=300, nic_GBps=25))
+    inside = collective_time_s("ring_exchange", 64e6, range(4), two)
+    across = collective_time_s("ring_exchange", 64e6, range(8), two)
+    assert across > inside
+    assert inside == pytest.approx(64e6 / 300e9, rel=0.05)

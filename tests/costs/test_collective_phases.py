@@ -65,6 +65,8 @@ def topo() -> Topology:
         ("all_gather", "ring", (1, 5, 9)),
         ("broadcast", "ring", range(12)),
         ("all_to_all", "pairwise", range(8)),
+        ("ring_exchange", "ring", range(4)),
+        ("ring_exchange", "ring", range(12)),
     ],
 )
 def test_phases_simulated_alone_equal_the_closed_form(kind: str, algorithm: str, ranks: range,

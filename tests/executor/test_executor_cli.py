@@ -121,3 +121,11 @@ def test_run_takes_the_order_of_a_torch_csv_and_marks_the_warm_up(tmp_path, caps
     assert summary["warmup_steps"] == 1 and summary["world_size"] == 2 and summary["measured_step_s"] == 2.0
     assert main(["run", "--pipeline-csv", str(path), "--pp", "4"]) == 2
     assert "--pp 4 disagrees with --pipeline-csv" in capsys.readouterr().err
+
+
+def test_run_with_tp_comm_overlap_is_refused_before_launch(capsys: pytest.CaptureFixture[str]) -> None:
+    """--tp-comm-overlap is a simulator setting the executor does not run: exit 2, one line saying what to drop."""
+    assert main(["run", "--tp", "2", "--sequence-parallel", "--tp-comm-overlap"]) == 2
+    err = capsys.readouterr().err
+    assert "executor: tp_comm_overlap = true" in err and "without --tp-comm-overlap" in err
+    assert len(err.strip().splitlines()) == 1

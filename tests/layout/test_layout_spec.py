@@ -82,6 +82,27 @@ def test_round_trip_through_dict() -> None:
         Layout.from_dict({"tpp": 2})
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tp": 1}, r"tp_comm_overlap .* needs tp > 1 with sequence parallelism \(tp = 1, sequence_parallel = False\)"),
+        ({"tp": 2}, r"needs tp > 1 with sequence parallelism \(tp = 2, sequence_parallel = False\); set both"),
+        ({"tp": 2, "sequence_parallel": True, "tp_comm_overlap": "yes"}, r"tp_comm_overlap = 'yes' must be true or false"),
+    ],
+)
+def test_tp_comm_overlap_needs_tensor_and_sequence_parallelism(kwargs: dict[str, object], message: str) -> None:
+    """Megatron-LM refuses --tp-comm-overlap without sequence parallelism; the layout says what to set."""
+    with pytest.raises(LayoutError, match=message):
+        Layout(**{"tp_comm_overlap": True, **kwargs})  # type: ignore[arg-type]
+
+
+def test_tp_comm_overlap_is_off_by_default_and_round_trips() -> None:
+    """Default off; a layout with it on survives to_dict / from the dict."""
+    assert Layout().tp_comm_overlap is False
+    lay = Layout(tp=2, sequence_parallel=True, tp_comm_overlap=True)
+    assert Layout(**lay.to_dict()) == lay
+
+
 def test_selective_op_needs_fused_attention_and_sequence_parallel_with_tp() -> None:
     """Per-op checkpointing saves the fused kernel's outputs (needs flash_attention) and, with tp > 1, the
     sequence-parallel reduce-scatter outputs (needs sequence_parallel); MoE models are refused."""

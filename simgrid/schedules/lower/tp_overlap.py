@@ -1,0 +1,226 @@
+"""Pass: Transformer Engine's tensor-parallel communication overlap (Megatron-Core ``--tp-comm-overlap``).
+
+With ``Layout.tp_comm_overlap`` the sequence-parallel all-gathers and reduce-scatters of a transformer layer
+are not issued and waited next to their GEMMs (:mod:`.tensor_parallel`): TE's userbuffers split each GEMM
+into chunks and run the communication of one chunk on its own stream while the GEMM works on another. The
+methods and their defaults are TE's ``initialize_ub`` (transformer_engine/pytorch/module/base.py,
+``methods`` and ``get_default_config``; Megatron-Core passes no ``ub_cfgs`` of its own by default):
+
+* ``ring_exchange`` for the all-gather before ``qkv_fprop`` and ``fc1_fprop`` (the layer input) and before
+  ``proj_dgrad`` and ``fc2_dgrad`` (the output gradient): ``num_splits = tp``. The GEMM runs on the local
+  sequence shard while every rank copies its shard to its ring successor (``use_ce = True``: a copy-engine
+  memcpy into the peer's registered buffer, ``num_sm = 1``); ``tp - 1`` such steps bring every shard, each
+  hidden behind the GEMM chunk that runs meanwhile. Nothing is exposed but what a step takes beyond its chunk.
+* ``pipeline`` for the reduce-scatter after ``proj_fprop`` and ``fc2_fprop``: ``num_splits = 4``; the GEMM
+  runs in 4 chunks of tokens and each chunk's reduce-scatter (a userbuffers kernel on ``num_sm = 16`` SMs)
+  runs while the next chunk computes; the last chunk's reduce-scatter is exposed.
+* ``bulk`` in the backward of ``qkv`` and ``fc1``: the re-gather of the sequence-parallel input (needed by
+  the weight gradient) runs whole beside the input-gradient GEMM (``qkv_dgrad``), and the reduce-scatter of
+  that input gradient runs whole beside the weight-gradient GEMM (``qkv_wgrad``).
+
+In the IR each chunk is a :class:`~simgrid.ir.ops.Compute` op of its own (one GEMM of ``m / splits`` rows,
+priced by the GPU model at its own shape, so small chunks lose efficiency as they do on the GPU), each
+ring step a ``ring_exchange`` :class:`~simgrid.ir.ops.Collective` and each pipelined piece a
+``reduce_scatter`` of ``bytes / 4``, with WAITs where the next chunk needs the data. The engine then finds
+the overlap itself: comm on the group's stream concurrent with compute, compute slowed by the GPU's
+``comm_compute_slowdown`` while comm is in flight (the SMs the comm kernels take and the HBM traffic of the
+copies), and the first/last chunk exposed. No discount factor is applied anywhere.
+
+Only the attention and dense-MLP sub-blocks overlap: TE's userbuffers cover its own ``LayerNormLinear`` /
+``Linear`` layers; the embedding and the vocabulary head are Megatron's own parallel layers, and MoE
+sub-blocks keep their expert all-to-alls, so their collectives stay as :mod:`.tensor_parallel` places them.
+At ``stage`` granularity an op's equal layers are folded: each chunk op and collective stands for the same
+chunk of every layer (``count`` = layers), which costs what the layers' own pipelines cost one after another.
+A W op (split weight gradient) has no collectives; an I op overlaps the gathers but its input-gradient
+reduce-scatter, with no weight-gradient GEMM beside it, stays exposed.
+"""
+
+from __future__ import annotations
+
+from simgrid.ir.ops import Collective, Compute, Op, Wait
+from simgrid.layout.mesh import Mesh
+from simgrid.model.blocks import block_kind
+from simgrid.model.cost import BlockCost
+from simgrid.model.gemms import Gemm
+from simgrid.model.moe import is_moe_block
+from simgrid.schedules.lower.compute import _block_numbers, compute_op
+from simgrid.schedules.lower.context import LoweringContext, Role
+from simgrid.schedules.lower.tensor_parallel import block_collectives, tp_collectives
+
+PIPELINE_SPLITS = 4
+"""GEMM chunks of TE's ``pipeline`` reduce-scatter overlap: ``num_splits = 4`` for every non-ring-exchange
+method in ``initialize_ub``'s ``get_default_config`` (transformer_engine/pytorch/module/base.py)."""
+
+_OVERLAPPED = ("attn", "mlp")
+
+
+def _split(rows: int, parts: int) -> list[int]:
+    """``rows`` cut into ``parts`` contiguous chunks, as even as integers allow (the larger ones first)."""
+    base, extra = divmod(rows, parts)
+    return [base + (1 if i < extra else 0) for i in range(parts) if base + (1 if i < extra else 0) > 0]
+
+
+def _overlappable(ctx: LoweringContext, block: int) -> bool:
+    kind, _ = block_kind(ctx.model, block)
+    return kind in _OVERLAPPED and not is_moe_block(ctx.model, block) and ctx.cost(block).gemms_known
+
+
+def _comm_bytes(c: BlockCost, phase: str, label: str) -> int:
+    for coll in c.tp_comm:
+        if coll.phase == phase and coll.label == label:
+            return int(coll.bytes)
+    raise ValueError(f"sub-block has no tensor-parallel collective {label!r} in {phase}")  # pragma: no cover
+
+
+class _Builder:
+    """Emits one overlapped pipeline: chunk ops, collectives and waits in issue order."""
+
+    def __init__(self, ctx: LoweringContext, op: Compute, group: str, prefix: str, label: str, layers: int) -> None:
+        self.ctx, self.op, self.group, self.prefix, self.label, self.layers = ctx, op, group, prefix, label, layers
+        self.ops: list[Op] = []
+        self.serial = 0
+
+    def compute(self, flops: float, hbm: float, kernels: int, gemms: tuple[Gemm, ...], attention_flops: float = 0.0,
+                attention_shape: tuple[int, int, int] = (0, 0, 0)) -> None:
+        if flops <= 0 and hbm <= 0:
+            return
+        op = self.op
+        folded = tuple((m, n, k, count * self.layers) for m, n, k, count in gemms)
+        self.ops.append(Compute(kind=op.kind, stage=op.stage, microbatch=op.microbatch, chunk=op.chunk,
+                                block_start=op.block_start, block_end=op.block_end, flops=flops * self.layers,
+                                hbm_bytes=hbm * self.layers, gemm_mnk=gemms[0][:3] if gemms else (0, 0, 0),
+                                kernels=max(1, kernels) * self.layers, attention_flops=attention_flops * self.layers,
+                                gemms=folded, attention_shape=attention_shape))
+
+    def gemm(self, gemm: Gemm, rows: int | None = None) -> None:
+        m, n, k, count = gemm
+        rows = m if rows is None else rows
+        self.compute(2.0 * rows * n * k * count, 0.0, count, ((rows, n, k, count),))
+
+    def issue(self, kind: str, nbytes: float) -> str:
+        handle = f"{self.prefix}{self.serial}"
+        self.serial += 1
+        self.ops.append(Collective(kind=kind, group=self.group, bytes=round(nbytes * self.layers),  # type: ignore[arg-type]
+                                   purpose="tp", handle=handle, count=self.layers, label=self.label))
+        return handle
+
+    def wait(self, handle: str) -> None:
+        self.ops.append(Wait(handle=handle))
+
+    def ring_gathered(self, gemm: Gemm, nbytes: int) -> None:
+        """A GEMM on an all-gathered input by ring exchange: chunk ``i`` runs while step ``i`` moves the next
+        shard (``nbytes`` is the gathered tensor; each step moves one shard of it per rank)."""
+        tp = self.ctx.layout.tp
+        for i, rows in enumerate(_split(gemm[0], tp)):
+            handle = self.issue("ring_exchange", nbytes / tp) if i < tp - 1 else None
+            self.gemm(gemm, rows)
+            if handle is not None:
+                self.wait(handle)
+
+    def pipelined_scatter(self, gemm: Gemm, nbytes: int) -> None:
+        """A GEMM whose output is reduce-scattered in ``PIPELINE_SPLITS`` pieces, each after its chunk."""
+        chunks = _split(gemm[0], PIPELINE_SPLITS)
+        handles = []
+        for rows in chunks:
+            self.gemm(gemm, rows)
+            handles.append(self.issue("reduce_scatter", nbytes * rows / gemm[0]))
+        for handle in handles:
+            self.wait(handle)
+
+    def bulk(self, kind: str, nbytes: int, gemm: Gemm) -> None:
+        """One whole collective beside one whole GEMM."""
+        handle = self.issue(kind, nbytes)
+        self.gemm(gemm)
+        self.wait(handle)
+
+
+def _flops(gemms: tuple[Gemm, ...]) -> float:
+    return sum(2.0 * m * n * k * count for m, n, k, count in gemms)
+
+
+def _pipeline(ctx: LoweringContext, op: Compute, group: str, block: int, layers: int) -> list[Op]:
+    """The overlapped ops of ``layers`` equal sub-blocks like ``block`` for ``op``'s compute kind."""
+    c = ctx.cost(block)
+    kind_name, _ = block_kind(ctx.model, block)
+    flops, hbm, kernels, fused, lists = _block_numbers(c, op.kind)
+    phase = "fwd" if op.kind in ("F", "R") else "bwd"
+    prefix = f"tp:s{op.stage}:m{op.microbatch}:{op.kind}:b{op.block_start}:{kind_name}{block}:"
+    label = (f"b{op.block_start}" if ctx.granularity == "block" else f"s{op.stage}") + \
+        (":recompute" if op.kind == "R" else f":{phase}")
+    b = _Builder(ctx, op, group, prefix, label, layers)
+    shape = c.attention_shape if fused > 0 else (0, 0, 0)
+    if phase == "fwd":
+        gemms = lists[0]
+        first, middle, last = gemms[0], gemms[1:-1], gemms[-1]
+        b.ring_gathered(first, _comm_bytes(c, "fwd", "input"))
+        b.compute(flops - _flops((first, last)), hbm, kernels - 2, middle, fused, shape)
+        b.pipelined_scatter(last, _comm_bytes(c, "fwd", "output"))
+        return b.ops
+    inputs = lists[0]
+    first, middle, last = inputs[0], inputs[1:-1], inputs[-1]
+    weights = lists[1] if op.kind == "B" else ()
+    b.ring_gathered(first, _comm_bytes(c, "bwd", "output-grad"))
+    if weights:
+        b.gemm(weights[0])  # the output projection's weight gradient follows its input gradient
+    b.compute(flops - _flops((first, last, *weights)), hbm, kernels - 2 - len(weights), middle, fused, shape)
+    b.bulk("all_gather", _comm_bytes(c, "bwd", "input-regather"), last)
+    if weights:
+        b.bulk("reduce_scatter", _comm_bytes(c, "bwd", "input-grad"), weights[-1])
+    else:
+        b.wait(b.issue("reduce_scatter", _comm_bytes(c, "bwd", "input-grad")))
+    return b.ops
+
+
+def overlapped_ops(ctx: LoweringContext, op: Compute, group: str) -> list[Op] | None:
+    """``op`` with its tensor-parallel collectives overlapped TE's way, or None when ``op`` is not one that
+    overlaps (W, selective recompute, a range that holds a MoE sub-block between transformer sub-blocks):
+    the caller then wraps it as usual."""
+    if op.kind not in ("F", "B", "I") and not (op.kind == "R" and ctx.layout.recompute == "full"):
+        return None
+    blocks = range(op.block_start, op.block_end)
+    inner = [b for b in blocks if _overlappable(ctx, b)]
+    if not inner or inner != list(range(inner[0], inner[-1] + 1)):
+        return None
+    # Equal sub-blocks of one kind fold into one pipeline (count = how many); unequal ones do not overlap.
+    by_kind: dict[str, list[int]] = {}
+    for block in inner:
+        by_kind.setdefault(block_kind(ctx.model, block)[0], []).append(block)
+    for members in by_kind.values():
+        if any(ctx.cost(m) != ctx.cost(members[0]) for m in members[1:]):
+            return None
+    segments: list[list[Op]] = []
+    if inner[0] > op.block_start:  # the embedding before the layers: as tensor_parallel places it
+        head = compute_op(ctx, op.kind, op.stage, op.microbatch, op.block_start, inner[0])
+        before, after = block_collectives(ctx, head, group)
+        segments.append([*before, head, *after])
+    segments += [_pipeline(ctx, op, group, members[0], len(members)) for members in by_kind.values()]
+    if inner[-1] + 1 < op.block_end:  # the vocabulary head after the layers
+        tail = compute_op(ctx, op.kind, op.stage, op.microbatch, inner[-1] + 1, op.block_end)
+        before, after = block_collectives(ctx, tail, group)
+        segments.append([*before, tail, *after])
+    if op.kind in ("B", "I"):
+        segments.reverse()
+    return [o for segment in segments for o in segment]
+
+
+def add_overlapped_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
+    """The tensor-parallel pass with ``tp_comm_overlap``: every compute op that overlaps becomes its
+    overlapped ops; the others are wrapped as :func:`.tensor_parallel.add_tensor_parallel` wraps them."""
+    if ctx.layout.tp == 1:
+        return role
+    group = Mesh.tp_group_name(ctx.coord(pp_rank))
+    for step in role:
+        if step.action is None:
+            continue
+        new_ops: list[Op] = []
+        for op in step.ops:
+            if type(op) is Compute:
+                replaced = overlapped_ops(ctx, op, group)
+                if replaced is None:
+                    before, after = tp_collectives(ctx, op, group)
+                    replaced = [*before, op, *after]
+                new_ops += replaced
+            else:
+                new_ops.append(op)
+        step.ops = new_ops
+    return role
