@@ -11,10 +11,13 @@ Each run of a case is its own subprocess so that its peak RSS (``ru_maxrss`` of 
 Targets: gpt3-175b on 1024 A100 under 2 s (program build at stage granularity included); llama3-405b
 (the real 126 layers, 7 on the first and last of 16 stages, 8 elsewhere) on 16,384 H100 under 10 s and
 4 GB; full mode of the 1024-GPU case under 60 s; full mode of gpt3-175b on 4096 A100 (dp 64, 96
-micro-batches per replica: 7.5 million ops) under 10 s (issue 14). The ``-step`` case runs the same step
-through :func:`simgrid.engine.fast.simulate_step`, the metrics from the loop's aggregates without a trace
-row per op (what the layout search does); the others build the full trace and derive the metrics from it,
-as :func:`simgrid.simulate` does. ``--engine`` picks the interpreter (default ``auto``: the fast loop).
+micro-batches per replica: 7.5 million ops) under 10 s (issue 14). The plain cases run
+:func:`simgrid.simulate` on the built program (trace, metrics, memory report and the saved memory
+timeline, as a user gets them; the fast engine defers the trace rows until something reads them). The
+``-step`` case runs the same step through :func:`simgrid.engine.fast.simulate_step`, the metrics only
+(what the layout search does); the ``-rows`` case is ``simulate`` and then reading every trace row (what a
+Gantt chart or an export costs on top). ``--engine simpy`` runs the plain cases on the SimPy interpreter
+(:func:`simgrid.engine.simulate_program` and :func:`simgrid.metrics.compute_metrics` of its trace).
 The targets are for one core: the verdict is printed
 for CPU time (``time.process_time``) and for wall time, since on a shared machine wall time also counts
 the time other processes held the core. This is a report, not a test: the exit status is 0 whatever the
@@ -49,7 +52,8 @@ class Case:
     target_s: float
     target_gb: float | None = None
     path: str = "trace"
-    """``trace``: simulate_program + compute_metrics; ``step``: simulate_step + summary_metrics."""
+    """``trace``: simulate (SimPy: simulate_program + compute_metrics); ``step``: simulate_step + summary_metrics;
+    ``rows``: simulate, then read every trace row."""
 
 
 CASES = (
@@ -58,11 +62,13 @@ CASES = (
     Case("gpt3-1024-full", "gpt3-175b", "dgx-a100-hdr", 8, 8, 16, 1536, None, "full", 60.0),
     Case("gpt3-4096-full", "gpt3-175b", "dgx-a100-hdr", 8, 8, 64, 6144, None, "full", 10.0),
     Case("gpt3-4096-full-step", "gpt3-175b", "dgx-a100-hdr", 8, 8, 64, 6144, None, "full", 10.0, path="step"),
+    Case("gpt3-4096-full-rows", "gpt3-175b", "dgx-a100-hdr", 8, 8, 64, 6144, None, "full", 10.0, path="rows"),
 )
 
 
 def run_case(case: Case, engine: str = "auto") -> dict[str, object]:
     """Build and simulate one step in this process: CPU and wall time of each part, and peak RSS."""
+    from simgrid import simulate
     from simgrid.engine import simulate_program
     from simgrid.engine.fast import simulate_step, summary_metrics
     from simgrid.hardware import load_cluster
@@ -86,9 +92,16 @@ def run_case(case: Case, engine: str = "auto") -> dict[str, object]:
         metrics = summary_metrics(summary, model=model, layout=layout, peak_flops_per_gpu=peak,
                                   memory_capacity_bytes=cluster.gpu.memory_bytes)
         mode, simulated, rows = summary.mode, len(summary.weights), 0
+    elif engine == "auto":
+        run = simulate(model, cluster, layout, mode=case.mode, program=program)
+        if case.path == "rows":
+            run.trace.timing_rows  # noqa: B018 - make every row
+        metrics, mode, simulated, rows = run.metrics, run.engine.mode, len(run.engine.simulated_ranks), len(run.trace)
     else:
         result = simulate_program(program, cluster, mode=case.mode, engine=engine)
-        metrics = compute_metrics(result.trace, model=model, layout=layout, peak_flops_per_gpu=peak)
+        metrics = compute_metrics(result.trace, model=model, layout=layout, peak_flops_per_gpu=peak,
+                                  peak_memory_bytes=result.memory.peak_bytes,
+                                  memory_capacity_bytes=result.memory.capacity_bytes)
         mode, simulated, rows = result.mode, len(result.simulated_ranks), len(result.trace)
     wall2, cpu2 = time.perf_counter(), time.process_time()
     rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
@@ -99,7 +112,7 @@ def run_case(case: Case, engine: str = "auto") -> dict[str, object]:
         "peak_rss_GB": rss_gb, "mode": mode, "simulated_ranks": simulated,
         "ops": program.num_ops, "trace_rows": rows, "step_time_s": metrics.step_time_s,
         "mfu": metrics.mfu, "target_s": case.target_s, "target_GB": case.target_gb,
-        "engine": engine if case.path == "trace" else "fast (step)",
+        "engine": {"step": "fast (step)", "rows": "auto, rows read"}.get(case.path, engine),
     }
 
 
@@ -138,6 +151,10 @@ def _report(runs: list[dict[str, object]]) -> str:
 
 def main(argv: list[str]) -> int:
     """Run the named cases (default: all), each run in a subprocess, and print each case's medians."""
+    if "--help" in argv or "-h" in argv:
+        print(__doc__)
+        print(f"cases: {', '.join(c.name for c in CASES)}")
+        return 0
     if len(argv) == 3 and argv[0] == "--child":
         case = next(c for c in CASES if c.name == argv[1])
         print(json.dumps(run_case(case, argv[2])))
@@ -159,7 +176,7 @@ def main(argv: list[str]) -> int:
             print("--repeat needs a whole number of runs, e.g. --repeat 5", file=sys.stderr)
             return 2
         argv = argv[:at] + argv[at + 2:]
-    names = argv or [c.name for c in CASES if not (engine == "simpy" and c.path == "step")]
+    names = argv or [c.name for c in CASES if not (engine == "simpy" and c.path != "trace")]
     unknown = [n for n in names if n not in {c.name for c in CASES}]
     if unknown:
         print(f"unknown case(s) {unknown}; known: {[c.name for c in CASES]}", file=sys.stderr)

@@ -294,7 +294,7 @@ KNOWN_LIMITATIONS = """\
 - Compute is priced kernel by kernel from first principles (docs/design.md, "Compute from first
   principles"): every GEMM by its full shape (128 x 256 tiles on waves of the GPU's SMs, a main loop at the
   sustained tensor rate, an unoverlapped epilogue, never faster than its operands' HBM traffic), the fused
-  attention core from the FlashAttention-2/3 papers' tables (H100/H200; A100 keeps a flat FA2 figure), the
+  attention core from the FlashAttention-2/3 papers' tables (FA2 on A100, FA2 and FA3 on H100/H200), the
   element-wise kernels as bytes at the achievable HBM bandwidth with Megatron-LM's or PyTorch eager's
   kernel split (`kernel_fusion`). Every constant cites a measurement in its profile's [sources]; none was
   fitted to these tables.
@@ -386,8 +386,10 @@ def profile_constants() -> str:
         ("GEMM tiles and waves", f"{gpu.matmul.tile_m} x {gpu.matmul.tile_n} tiles on {gpu.sm_count} SMs",
          gpu.sources.get("matmul.tile_m", "") + "; " + gpu.sources.get("sm_count", "")),
         ("fused attention", f"{gpu.attention_efficiency:.3f} of peak (flat; no table for this GPU)"
-         if not gpu.fused_attention else "FlashAttention tables", gpu.sources.get("fused_attention_efficiency", "")
-         or gpu.sources.get("fused_attention", "")),
+         if not gpu.fused_attention else
+         f"{', '.join(sorted(gpu.fused_attention))} table by sequence, head dim and direction (default "
+         f"{gpu.attention_kernel}); flat {gpu.attention_efficiency:.3f} of peak where no table applies",
+         gpu.sources.get("fused_attention", "") or gpu.sources.get("fused_attention_efficiency", "")),
         ("HBM", f"{gpu.hbm_bandwidth_GBps:g} GB/s x {gpu.hbm_efficiency:g}", gpu.sources.get("hbm_efficiency", "")),
         ("kernel overhead", f"{gpu.kernel_overhead_us:g} us", gpu.sources.get("kernel_overhead_us", "")),
         ("NVLink (per direction)", f"{node.intra_link.bandwidth_GBps:g} GB/s x {node.intra_link.efficiency:g}, "

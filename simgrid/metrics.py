@@ -31,20 +31,18 @@ a saved file.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from simgrid.errors import SimgridError
 from simgrid.memory.headroom import DEFAULT_HEADROOM, MemoryHeadroom
-from simgrid.trace import Trace, comm_kind
+from simgrid.trace import PIPELINE_KINDS as PIPELINE_KINDS  # re-exported: the metrics module documented it
+from simgrid.trace import Trace, TraceAggregates
 
 if TYPE_CHECKING:
     from simgrid.layout import Layout
     from simgrid.model.spec import ModelSpec
-
-PIPELINE_KINDS = frozenset({"F", "B", "I", "W", "R"})
-"""Compute kinds that make up the pipeline (everything but the optimizer step)."""
 
 COMM_KINDS = ("tp", "cp", "ep", "pp", "dp")
 
@@ -105,58 +103,88 @@ class Metrics:
         }
 
 
-def _weight(trace: Trace) -> dict[int, int]:
-    return {r: trace.multiplicity(r) for r in trace.ranks()}
-
-
 def pipeline_window(trace: Trace) -> tuple[float, float]:
     """``(t0, t1)``: first start and last end of any F/B/I/W/R op; ``(0, 0)`` without one."""
-    starts = [r.start_s for r in trace.timing_rows if r.kind in PIPELINE_KINDS]
-    ends = [r.end_s for r in trace.timing_rows if r.kind in PIPELINE_KINDS]
-    return (min(starts), max(ends)) if starts else (0.0, 0.0)
+    return trace.aggregates().window_s
 
 
 def bubble_fraction(trace: Trace) -> float:
     """Idle fraction of the compute stream in the pipeline window (see the module docstring)."""
-    t0, t1 = pipeline_window(trace)
+    return _bubble(trace.aggregates())
+
+
+def exposed_comm_by_kind(trace: Trace) -> dict[str, float]:
+    """Mean seconds per rank blocked on running communication, by kind tp/pp/dp (see module docstring)."""
+    return _exposed(trace.aggregates())
+
+
+def executed_flops(trace: Trace) -> float:
+    """FLOPs of every executed compute op over all ranks (traced ranks scaled by their multiplicity)."""
+    return trace.aggregates().executed_flops
+
+
+def _bubble(agg: TraceAggregates) -> float:
+    t0, t1 = agg.window_s
     span = t1 - t0
     if span <= 0:
         return 0.0
-    weights = _weight(trace)
-    used: dict[int, float] = {}
-    for row in trace.timing_rows:
-        if row.kind in PIPELINE_KINDS:
-            used[row.rank] = used.get(row.rank, 0.0) + row.end_s - row.start_s
-    for row in trace.timing_rows:
-        if row.kind == "WAIT" and row.rank in used and row.exposed_s > 0:
-            # The exposed part is the tail of the wait: [end - exposed, end], clipped to the window.
-            lo, hi = max(row.end_s - row.exposed_s, t0), min(row.end_s, t1)
-            if hi > lo:
-                used[row.rank] += hi - lo
+    weights = agg.weights
+    used = _with_exposed_waits(agg.busy_s, agg.waits, t0, t1)
     total_weight = sum(weights[r] for r in used)
     busy = sum(weights[r] * t for r, t in used.items())
     return max(0.0, 1.0 - busy / (total_weight * span))
 
 
-def exposed_comm_by_kind(trace: Trace) -> dict[str, float]:
-    """Mean seconds per rank blocked on running communication, by kind tp/pp/dp (see module docstring)."""
-    weights = _weight(trace)
-    total_weight = sum(weights.values())
-    out = dict.fromkeys(COMM_KINDS, 0.0)
+def _with_exposed_waits(busy_s: Mapping[int, float], waits: Sequence[float], t0: float, t1: float) -> dict[int, float]:
+    """Each rank's busy seconds plus the exposed part of its WAITs inside ``[t0, t1]``, added one by one in
+    row order (a rank without busy seconds is left out)."""
+    import numpy as np
+
+    used = dict(busy_s)
+    if not waits:
+        return used
+    # The exposed part is the tail of the wait: [end - exposed, end], clipped to the window. Vectorised
+    # over a million waits of a full-mode step; each rank's additions stay sequential and in row order
+    # (its j-th wait is added at step j), so the sums are those of adding wait by wait.
+    flat = np.asarray(waits, dtype=np.float64).reshape(-1, 3)  # a view of the array's buffer
+    end = flat[:, 1]
+    lo = end - flat[:, 2]
+    np.maximum(lo, t0, out=lo)
+    hi = np.minimum(end, t1)
+    keep = hi > lo
+    hi -= lo  # the exposed part (in place: a full-mode step has a million waits)
+    del lo
+    ranks = flat[:, 0].astype(np.int32)
+    has_busy = np.zeros(max(int(ranks.max()), max(used)) + 1, dtype=bool)
+    has_busy[list(used)] = True
+    keep &= has_busy[ranks]
+    part, ranks = hi[keep], ranks[keep]
+    del hi, keep
+    if not len(ranks):
+        return used
+    order = np.argsort(ranks, kind="stable")  # row order within each rank
+    ranks, part = ranks[order], part[order]
+    del order
+    first = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1]])  # each rank's run in the sorted waits
+    counts = np.diff(np.r_[first, len(ranks)])
+    by_count = np.argsort(-counts, kind="stable")  # ranks with more waits first: step j adds to a prefix
+    first, counts, ranks = first[by_count], counts[by_count], ranks[first[by_count]]
+    totals = np.array([used[int(r)] for r in ranks], dtype=np.float64)
+    k = len(counts)
+    for j in range(int(counts[0])):  # the j-th wait of every rank that has one, in one vector addition
+        while counts[k - 1] <= j:
+            k -= 1
+        totals[:k] += part[first[:k] + j]
+    for r, total in zip(ranks.tolist(), totals.tolist(), strict=True):
+        used[r] = total
+    return used
+
+
+def _exposed(agg: TraceAggregates) -> dict[str, float]:
+    total_weight = sum(agg.weights.values())
     if not total_weight:
-        return out
-    for row in trace.timing_rows:
-        if row.kind == "WAIT" and row.exposed_s > 0:
-            kind = comm_kind(row.purpose)
-            if kind in out:
-                out[kind] += row.exposed_s * weights[row.rank]
-    return {k: v / total_weight for k, v in out.items()}
-
-
-def executed_flops(trace: Trace) -> float:
-    """FLOPs of every executed compute op over all ranks (traced ranks scaled by their multiplicity)."""
-    weights = _weight(trace)
-    return sum(row.flops * weights[row.rank] for row in trace.timing_rows if row.flops)
+        return dict.fromkeys(COMM_KINDS, 0.0)
+    return {k: agg.exposed_s.get(k, 0.0) / total_weight for k in COMM_KINDS}
 
 
 def metric_notes(metrics: Metrics, layout: Layout) -> list[str]:
@@ -216,12 +244,24 @@ def compute_metrics(trace: Trace, *, model: ModelSpec, layout: Layout, peak_flop
                     memory_headroom: MemoryHeadroom = DEFAULT_HEADROOM) -> Metrics:
     """All :class:`Metrics` of one step from its trace, the model, the layout and the GPU peak (FLOP/s);
     the memory verdict keeps ``memory_headroom`` free of tensors."""
+    return metrics_from_aggregates(trace.aggregates(), model=model, layout=layout,
+                                   peak_flops_per_gpu=peak_flops_per_gpu, peak_memory_bytes=peak_memory_bytes,
+                                   memory_capacity_bytes=memory_capacity_bytes, link_utilisation=link_utilisation,
+                                   memory_headroom=memory_headroom)
+
+
+def metrics_from_aggregates(agg: TraceAggregates, *, model: ModelSpec, layout: Layout, peak_flops_per_gpu: float,
+                            peak_memory_bytes: int = 0, memory_capacity_bytes: int = 0,
+                            link_utilisation: Mapping[str, float] | None = None,
+                            memory_headroom: MemoryHeadroom = DEFAULT_HEADROOM) -> Metrics:
+    """:func:`compute_metrics` from a trace's :class:`~simgrid.trace.TraceAggregates` (what it reads from
+    the rows), e.g. those the fast engine keeps while it runs."""
     from simgrid.model import model_flops_per_iteration
 
     world = layout.world_size
-    step = trace.makespan_s
+    step = agg.makespan_s
     model_flops = model_flops_per_iteration(model, layout.gbs)
-    hw_flops = executed_flops(trace)
+    hw_flops = agg.executed_flops
     per_gpu = (lambda flops: flops / step / world) if step > 0 else (lambda flops: 0.0)
     model_rate, hw_rate = per_gpu(model_flops), per_gpu(hw_flops)
     return Metrics(
@@ -231,8 +271,8 @@ def compute_metrics(trace: Trace, *, model: ModelSpec, layout: Layout, peak_flop
         hw_tflops_per_gpu=hw_rate / 1e12,
         mfu=model_rate / peak_flops_per_gpu,
         hfu=hw_rate / peak_flops_per_gpu,
-        bubble_fraction=bubble_fraction(trace),
-        exposed_comm_s=exposed_comm_by_kind(trace),
+        bubble_fraction=_bubble(agg),
+        exposed_comm_s=_exposed(agg),
         peak_memory_bytes=int(peak_memory_bytes),
         memory_capacity_bytes=int(memory_capacity_bytes),
         fits=peak_memory_bytes <= memory_headroom.usable_bytes(memory_capacity_bytes),

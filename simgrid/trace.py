@@ -30,11 +30,14 @@ so reading one back loses nothing the metrics use.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from array import array
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from simgrid.errors import SimgridError
+from simgrid.gcpause import collector_paused
 from simgrid.ir import Collective, Compute, Op, Recv, Send, Transfer, Wait, format_op, stream_of
 
 if TYPE_CHECKING:
@@ -44,6 +47,9 @@ TRACE_FORMAT = "simgrid-trace"
 TRACE_VERSION = 1
 
 COMPUTE_KINDS = ("F", "B", "I", "W", "R", "OPT")
+
+PIPELINE_KINDS = frozenset({"F", "B", "I", "W", "R"})
+"""Compute kinds that make up the pipeline (everything but the optimizer step)."""
 
 #: Collective purpose -> the communication kind metrics report (tp, pp or dp).
 PURPOSE_TO_COMM_KIND: dict[str, str] = {
@@ -138,14 +144,122 @@ def row_for_op(rank: int, op: Op, start_s: float, end_s: float, *, text: str | N
     raise TraceError(f"trace: op {op!r} runs on no stream and gets no row (allocations and frees are not traced)")
 
 
+@dataclass(frozen=True, kw_only=True)
+class TraceAggregates:
+    """What the step metrics (:mod:`simgrid.metrics`) read from a trace's rows, reduced in row order.
+
+    :meth:`Trace.aggregates` makes them with one pass over the rows; the fast engine keeps the same
+    reductions as it runs (the same additions in the same order), so a trace whose rows are never
+    materialised still gives its metrics bit for bit.
+    """
+
+    makespan_s: float
+    """Latest end of any row (0 without rows)."""
+    window_s: tuple[float, float]
+    """First start and last end of any F/B/I/W/R row; ``(0, 0)`` without one."""
+    busy_s: Mapping[int, float]
+    """Seconds of F/B/I/W/R rows per rank (each ``(busy + end) - start``), in order of each rank's first one."""
+    executed_flops: float
+    """FLOPs of every row times its rank's multiplicity, summed in row order."""
+    exposed_s: Mapping[str, float]
+    """Exposed seconds of WAIT rows times the rank's multiplicity, summed in row order, by communication
+    kind (:data:`PURPOSE_TO_COMM_KIND` values; other purposes are left out)."""
+    waits: Sequence[float]
+    """The WAIT rows with exposed seconds > 0, in row order, flat: rank, end_s, exposed_s, rank, ... (an
+    ``array('d')``: the rank as a float)."""
+    weights: Mapping[int, int]
+    """Every rank with rows (ascending) -> its multiplicity."""
+
+
+def aggregate_rows(rows: Iterable[TraceRow], multiplicity: Callable[[int], int]) -> TraceAggregates:
+    """The :class:`TraceAggregates` of ``rows`` (``multiplicity(rank)``: ranks each traced rank stands for)."""
+    makespan: float | None = None
+    t0, t1 = float("inf"), float("-inf")
+    busy: dict[int, float] = {}
+    flops = 0.0
+    kinds = dict.fromkeys(PURPOSE_TO_COMM_KIND.values(), 0.0)
+    waits = array("d")
+    weights: dict[int, int] = {}
+    pipeline = PIPELINE_KINDS
+    for row in rows:
+        rank, start, end = row.rank, row.start_s, row.end_s
+        weight = weights.get(rank)
+        if weight is None:
+            weight = weights[rank] = multiplicity(rank)
+        if makespan is None or end > makespan:
+            makespan = end
+        if row.flops:
+            flops += row.flops * weight
+        kind = row.kind
+        if kind in pipeline:
+            if start < t0:
+                t0 = start
+            if end > t1:
+                t1 = end
+            busy[rank] = busy.get(rank, 0.0) + end - start
+        elif kind == "WAIT" and row.exposed_s > 0:
+            comm = PURPOSE_TO_COMM_KIND.get(row.purpose)
+            if comm is not None:
+                kinds[comm] += row.exposed_s * weight
+            waits.extend((rank, end, row.exposed_s))
+    return TraceAggregates(
+        makespan_s=0.0 if makespan is None else makespan,
+        window_s=(t0, t1) if busy else (0.0, 0.0),
+        busy_s=busy,
+        executed_flops=flops,
+        exposed_s=kinds,
+        waits=waits,
+        weights={r: weights[r] for r in sorted(weights)},
+    )
+
+
 class Trace:
-    """Rows of executed ops plus metadata; convertible to pandas, Chrome trace JSON and back."""
+    """Rows of executed ops plus metadata; convertible to pandas, Chrome trace JSON and back.
+
+    A trace may be *deferred* (:meth:`deferred`): the engine hands over a recipe for its rows, made the
+    first time something reads them, together with the row count, the ranks and the
+    :class:`TraceAggregates` it kept while running, so the step's metrics never need the rows.
+    """
 
     def __init__(self, rows: Iterable[TraceRow] = (), meta: Mapping[str, Any] | None = None, *,
                  render_ops: bool = False) -> None:
-        self._rows: list[TraceRow] = list(rows)
+        self._list: list[TraceRow] | None = list(rows)
+        self._source: Callable[[], list[TraceRow]] | None = None
+        self._length = 0
+        self._known_ranks: tuple[int, ...] = ()
+        self._aggregates: TraceAggregates | None = None
         self._unrendered = render_ops
         self.meta: dict[str, Any] = dict(meta or {})
+
+    @classmethod
+    def deferred(cls, source: Callable[[], list[TraceRow]], *, length: int, aggregates: TraceAggregates,
+                 meta: Mapping[str, Any] | None = None, render_ops: bool = True) -> Trace:
+        """A trace whose rows are ``source()``, called once, the first time the rows are read.
+
+        ``length`` is the number of rows ``source`` makes and ``aggregates`` their
+        :class:`TraceAggregates` (its ``weights`` name the ranks with rows): ``len``, :meth:`ranks`,
+        :attr:`makespan_s` and the metrics answer from them without making the rows.
+        """
+        trace = cls((), meta, render_ops=render_ops)
+        trace._list, trace._source = None, source
+        trace._length, trace._known_ranks, trace._aggregates = length, tuple(aggregates.weights), aggregates
+        return trace
+
+    @property
+    def materialised(self) -> bool:
+        """Whether the rows exist as :class:`TraceRow` values (always, unless the trace is deferred and unread)."""
+        return self._list is not None
+
+    @property
+    def _rows(self) -> list[TraceRow]:
+        found = self._list
+        if found is None:
+            assert self._source is not None  # a deferred trace keeps its source until it is read
+            found = self._list = self._source()
+            self._source = None
+            if len(found) != self._length:
+                raise TraceError(f"trace: the deferred rows number {len(found)}, not the {self._length} announced")
+        return found
 
     @property
     def rows(self) -> list[TraceRow]:
@@ -153,17 +267,8 @@ class Trace:
         if self._unrendered:
             # The engine stores the IR op itself in ``op`` and renders text only when someone reads it:
             # formatting a million ops costs seconds, and metrics and plots never need the text.
-            cache: dict[int, str] = {}
-            rendered = []
-            for row in self._rows:
-                op: Any = row.op
-                if type(op) is not str:
-                    text = cache.get(id(op))
-                    if text is None:
-                        text = cache[id(op)] = format_op(op)
-                    row = row._replace(op=text)
-                rendered.append(row)
-            self._rows = rendered
+            with collector_paused():
+                self._list = _rendered(self._rows)
             self._unrendered = False
         return self._rows
 
@@ -171,6 +276,21 @@ class Trace:
     def timing_rows(self) -> list[TraceRow]:
         """Every row without forcing op text (``op`` may still be the IR op); for metrics and plots."""
         return self._rows
+
+    def aggregates(self) -> TraceAggregates:
+        """The rows' :class:`TraceAggregates` under the current ``meta`` multiplicities: those the engine
+        kept for a deferred trace (while nobody has read, and so could have changed, its rows), else one
+        pass over the rows."""
+        kept = self._aggregates
+        if kept is not None and self._list is None and all(
+                self.multiplicity(r) == w for r, w in kept.weights.items()):
+            return kept
+        return aggregate_rows(self._rows, self.multiplicity)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A deferred trace's source is a closure over the engine's records: pickle the rows instead.
+        self._rows  # noqa: B018 - materialise
+        return dict(self.__dict__)
 
     # -- construction ----------------------------------------------------------------------------
     @classmethod
@@ -194,14 +314,17 @@ class Trace:
 
     # -- views -------------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._list) if self._list is not None else self._length
 
     def __repr__(self) -> str:
-        return f"Trace({len(self.rows)} rows, ranks={self.ranks()[:8]}{'...' if len(self.ranks()) > 8 else ''})"
+        ranks = self.ranks()
+        return f"Trace({len(self)} rows, ranks={ranks[:8]}{'...' if len(ranks) > 8 else ''})"
 
     def ranks(self) -> list[int]:
         """Ranks that have rows, ascending."""
-        return sorted({r.rank for r in self._rows})
+        if self._list is None:
+            return list(self._known_ranks)
+        return sorted({r.rank for r in self._list})
 
     def rows_of(self, rank: int) -> list[TraceRow]:
         """Rows of one rank, in start order."""
@@ -210,6 +333,8 @@ class Trace:
     @property
     def makespan_s(self) -> float:
         """Latest end time of any row (0 for an empty trace)."""
+        if self._list is None and self._aggregates is not None:
+            return self._aggregates.makespan_s
         return max((r.end_s for r in self._rows), default=0.0)
 
     def multiplicity(self, rank: int) -> int:
@@ -304,6 +429,20 @@ class Trace:
         if path is not None:
             Path(path).write_text(json.dumps(out, separators=(",", ":")))
         return out
+
+
+def _rendered(rows: list[TraceRow]) -> list[TraceRow]:
+    cache: dict[int, str] = {}
+    out = []
+    for row in rows:
+        op: Any = row.op
+        if type(op) is not str:
+            text = cache.get(id(op))
+            if text is None:
+                text = cache[id(op)] = format_op(op)
+            row = row._replace(op=text)
+        out.append(row)
+    return out
 
 
 def _stream_sort_key(stream: str, fallback: int) -> int:

@@ -9,7 +9,7 @@ wants to see by how much a layout misses.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -74,14 +74,15 @@ class MemoryReport:
     @property
     def peak_bytes(self) -> int:
         """Largest peak over all ranks (0 when the program allocates nothing)."""
-        return max((t.peak_bytes for t in self.timelines.values()), default=0)
+        return max(self._peaks().values(), default=0)
 
     @property
     def peak_rank(self) -> int | None:
         """A rank whose peak is the largest (the lowest such rank); ``None`` without timelines."""
         if not self.timelines:
             return None
-        return max(sorted(self.timelines), key=lambda r: self.timelines[r].peak_bytes)
+        peaks = self._peaks()
+        return max(sorted(self.timelines), key=lambda r: peaks[r])
 
     @property
     def fits(self) -> bool:
@@ -90,7 +91,53 @@ class MemoryReport:
 
     def peak_by_rank(self) -> dict[int, int]:
         """Peak bytes of each simulated rank."""
-        return {r: t.peak_bytes for r, t in sorted(self.timelines.items())}
+        peaks = self._peaks()
+        return {r: peaks[r] for r in sorted(self.timelines)}
+
+    def _peaks(self) -> Mapping[int, int]:
+        if isinstance(self.timelines, LazyTimelines):  # peaks known without building a timeline
+            return self.timelines.peak_bytes_by_rank
+        return {r: t.peak_bytes for r, t in self.timelines.items()}
+
+
+class LazyTimelines(Mapping[int, MemoryTimeline]):
+    """Rank -> :class:`MemoryTimeline`, each built from ``events_of(rank)`` the first time it is read.
+
+    A full-mode step has thousands of ranks whose timelines nobody draws: the engine keeps what replays
+    them (the time of each Alloc/Free) and their peaks, which the fit verdict needs, and this mapping
+    makes a rank's events and timeline only when asked.
+    """
+
+    def __init__(self, events_of: Callable[[int], Sequence[MemoryEvent]], peak_bytes_by_rank: Mapping[int, int]) -> None:
+        self._events_of = events_of
+        self.peak_bytes_by_rank: Mapping[int, int] = dict(sorted(peak_bytes_by_rank.items()))
+        """Each rank's peak (what :func:`build_timeline` would find), without building its timeline."""
+        self._built: dict[int, MemoryTimeline] = {}
+
+    def __getitem__(self, rank: int) -> MemoryTimeline:
+        found = self._built.get(rank)
+        if found is None:
+            if rank not in self.peak_bytes_by_rank:
+                raise KeyError(rank)
+            found = self._built[rank] = build_timeline(rank, self._events_of(rank))
+        return found
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.peak_bytes_by_rank)
+
+    def __len__(self) -> int:
+        return len(self.peak_bytes_by_rank)
+
+    def __contains__(self, rank: object) -> bool:
+        return rank in self.peak_bytes_by_rank
+
+    def __getstate__(self) -> dict[str, object]:
+        # The event source is a closure over the engine's records: pickle the built timelines instead.
+        return {"_events_of": None, "peak_bytes_by_rank": self.peak_bytes_by_rank,
+                "_built": {r: self[r] for r in self.peak_bytes_by_rank}}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
 
 
 def _categories(events: Sequence[MemoryEvent]) -> list[str]:

@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 from simgrid.engine.costmodel import ClusterCostModel, CostModel, DurationCache
 from simgrid.engine.fast.loop import FastLoop, UnsupportedProgram
+from simgrid.engine.fast.tape import memory_events, rows_from_tape
 from simgrid.engine.interpreter import Interpreter
-from simgrid.engine.memory import MemoryReport, build_report
+from simgrid.engine.memory import LazyTimelines, MemoryReport, build_report
 from simgrid.engine.symmetry import plan_ranks
 from simgrid.errors import SimulationError
 from simgrid.gcpause import collector_paused
@@ -146,15 +147,20 @@ def _run(program: Program, cluster: Cluster | None, *, mode: str, comm_model: st
     if interp is None:
         interp = Interpreter(program, durations, plan.simulated, comm_model=comm_model, speed_factors=speeds)
         interp.run()
-    trace = Trace(interp.rows, meta={
+    meta = {
         "source": "simgrid.engine",
         "world_size": world,
         "mode": plan.mode,
         "comm_model": comm_model,
         "multiplicity": {str(r): n for r, n in multiplicity.items()},
-    }, render_ops=True)
-    memory = build_report({r: interp.states[r].mem for r in plan.simulated}, memory_capacity_bytes)
-    network = interp.network if isinstance(interp, Interpreter) else None
+    }
+    network = None
+    if isinstance(interp, FastLoop):
+        trace, memory = _deferred_results(interp, meta, memory_capacity_bytes)
+    else:
+        trace = Trace(interp.rows, meta=meta, render_ops=True)
+        memory = build_report({r: interp.states[r].mem for r in plan.simulated}, memory_capacity_bytes)
+        network = interp.network
     return EngineResult(
         trace=trace,
         memory=memory,
@@ -168,6 +174,17 @@ def _run(program: Program, cluster: Cluster | None, *, mode: str, comm_model: st
         link_bytes=dict(network.bytes_by_link) if network is not None else {},
         link_bandwidth_Bps=dict(network.capacity_Bps) if network is not None else {},
     )
+
+
+def _deferred_results(loop: FastLoop, meta: dict[str, object], capacity_bytes: int) -> tuple[Trace, MemoryReport]:
+    """The fast loop's trace and memory report, their rows and timelines made only when read
+    (:mod:`simgrid.engine.fast.tape`); the metrics come from the loop's aggregates."""
+    tape, states = loop.tape, loop.states
+    trace = Trace.deferred(lambda: rows_from_tape(tape), length=loop.row_count, aggregates=loop.aggregates(),
+                           meta=meta)
+    timelines = LazyTimelines(lambda rank: memory_events(states[rank].ops, states[rank].mem_times),
+                              {r: st.mem_peak for r, st in states.items()})
+    return trace, MemoryReport(timelines=timelines, capacity_bytes=int(capacity_bytes))
 
 
 def _check_speed_factors(speed_factors: Mapping[int, float] | None, world: int) -> dict[int, float]:

@@ -7,7 +7,8 @@ benchmark scripts' convention). A table lists the forward with the causal mask (
 with), and the forward and backward without it. FlashAttention-3 publishes the backward only without the
 mask, so the causal backward is derived from it with the forward's causal-to-full ratio at the same length
 (:meth:`AttentionKernelTable.tflops`): the mask costs both directions the same diagonal-tile waste and load
-imbalance.
+imbalance. A table may instead carry its own causal backward (``bwd_causal_tflops``) where the source
+measured one (FlashAttention-2 on A100, with and without the mask in every direction).
 """
 
 from __future__ import annotations
@@ -74,6 +75,9 @@ class AttentionKernelTable:
     """Forward without the mask."""
     bwd_tflops: tuple[tuple[float, ...], ...]
     """Backward without the mask (2.5 times the forward's FLOPs)."""
+    bwd_causal_tflops: tuple[tuple[float, ...], ...] | None = None
+    """Backward with the causal mask where the source gives it; ``None``: the backward without the mask times
+    the forward's causal-to-full ratio at the same shape."""
 
     def __post_init__(self) -> None:
         owner = "AttentionKernelTable"
@@ -87,6 +91,9 @@ class AttentionKernelTable:
         rows, cols = len(self.head_dim), len(self.seq_len)
         for field in ("fwd_causal_tflops", "fwd_tflops", "bwd_tflops"):
             object.__setattr__(self, field, _grid(owner, field, getattr(self, field), rows, cols))
+        if self.bwd_causal_tflops is not None:
+            object.__setattr__(self, "bwd_causal_tflops",
+                               _grid(owner, "bwd_causal_tflops", self.bwd_causal_tflops, rows, cols))
 
     def _at(self, grid: tuple[tuple[float, ...], ...], seq_len: float, head_dim: float) -> float:
         logs = [math.log2(s) for s in self.seq_len]
@@ -96,11 +103,14 @@ class AttentionKernelTable:
 
     def tflops(self, direction: Direction, seq_len: float, head_dim: float, *, causal: bool = True) -> float:
         """Speed at one shape: piecewise-linear in log2(sequence length) and in head dim, clamped outside
-        the table. The causal backward is the table's backward times the forward's causal-to-full ratio."""
+        the table. The causal backward is the table's own where it has one, otherwise its backward times the
+        forward's causal-to-full ratio."""
         if direction == "fwd":
             return self._at(self.fwd_causal_tflops if causal else self.fwd_tflops, seq_len, head_dim)
         full = self._at(self.bwd_tflops, seq_len, head_dim)
         if not causal:
             return full
+        if self.bwd_causal_tflops is not None:
+            return self._at(self.bwd_causal_tflops, seq_len, head_dim)
         ratio = self._at(self.fwd_causal_tflops, seq_len, head_dim) / self._at(self.fwd_tflops, seq_len, head_dim)
         return full * ratio

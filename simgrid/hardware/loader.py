@@ -138,7 +138,9 @@ def _attention_tables(reader: TableReader) -> tuple[dict[str, AttentionKernelTab
         table = sub.build(AttentionKernelTable, name=name, seq_len=sub.number_list("seq_len", integers=True),
                           head_dim=sub.number_list("head_dim", integers=True),
                           fwd_causal_tflops=sub.number_grid("fwd_causal_tflops"),
-                          fwd_tflops=sub.number_grid("fwd_tflops"), bwd_tflops=sub.number_grid("bwd_tflops"))
+                          fwd_tflops=sub.number_grid("fwd_tflops"), bwd_tflops=sub.number_grid("bwd_tflops"),
+                          bwd_causal_tflops=(sub.number_grid("bwd_causal_tflops")
+                                             if sub.has("bwd_causal_tflops") else None))
         sub.finish()
         tables[name] = table
     reader.finish()

@@ -105,7 +105,7 @@ def _gpu(doc: _Document, gpu: GPUSpec, prefix: str, *, top: bool) -> None:
             doc.table(prefix + f"fused_attention.{name}", {
                 "seq_len": table.seq_len, "head_dim": table.head_dim,
                 "fwd_causal_tflops": table.fwd_causal_tflops, "fwd_tflops": table.fwd_tflops,
-                "bwd_tflops": table.bwd_tflops})
+                "bwd_tflops": table.bwd_tflops, "bwd_causal_tflops": table.bwd_causal_tflops})  # None: not written
     if gpu.sources:
         doc.table(prefix + "sources", dict(gpu.sources))
 

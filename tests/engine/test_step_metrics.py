@@ -84,3 +84,33 @@ def test_model_flops_follow_megatron_eq3_without_recompute() -> None:
     b, s, layers, h, v = 1536, 2048, 96, 12288, 51200
     eq3 = 72 * b * s * layers * h**2 * (1 + s / (6 * h) + v / (12 * h * layers))
     assert model_flops_per_iteration(get_model("gpt3-175b"), b) == pytest.approx(eq3, rel=0.02)
+
+
+def test_bubble_adds_each_ranks_exposed_waits_one_by_one_in_row_order() -> None:
+    """The bubble adds the exposed parts of thousands of waits with array operations; the result must be
+    the sum made wait by wait in row order (floating point: the order matters), clipping to the window
+    included. Checked against that plain loop on random rows with many waits per rank."""
+    import random
+
+    rng = random.Random(7)
+    rows = [_f(r, rng.uniform(0, 1), rng.uniform(9, 10)) for r in range(6)]  # window about [0, 10]
+    for _ in range(3000):
+        rank, end = rng.randrange(8), rng.uniform(-0.01, 10.01)  # ranks 6, 7 have no pipeline rows
+        rows.append(_wait(rank, end - 0.01, end, rng.choice((0.0, rng.uniform(0, 0.004), 1e-12)), "tp"))
+    rng.shuffle(rows)
+    trace = Trace(rows, {"multiplicity": {str(r): 1 + r % 3 for r in range(8)}})
+    t0 = min(r.start_s for r in rows if r.kind == "F")
+    t1 = max(r.end_s for r in rows if r.kind == "F")
+    used: dict[int, float] = {}
+    for row in rows:
+        if row.kind == "F":
+            used[row.rank] = used.get(row.rank, 0.0) + row.end_s - row.start_s
+    for row in rows:
+        if row.kind == "WAIT" and row.rank in used and row.exposed_s > 0:
+            lo, hi = max(row.end_s - row.exposed_s, t0), min(row.end_s, t1)
+            if hi > lo:
+                used[row.rank] += hi - lo
+    weights = {r: trace.multiplicity(r) for r in trace.ranks()}
+    expected = 1.0 - sum(weights[r] * t for r, t in used.items()) / (sum(weights[r] for r in used) * (t1 - t0))
+    assert 0.0 < expected < 1.0
+    assert bubble_fraction(trace) == expected

@@ -263,6 +263,9 @@ def test_nic_rate_errors_use_the_toml_key_and_value(tmp_path: Path) -> None:
         ("max_efficiency = 0.8", "max_efficiency = 0.8\n[fused_attention.fa2]\nseq_len = [512]\nhead_dim = [128]\n"
          "fwd_causal_tflops = [1]\nfwd_tflops = [[1]]\nbwd_tflops = [[1]]",
          r"fused_attention\.fa2\.fwd_causal_tflops = \[1\] must be an array of arrays of numbers"),
+        ("max_efficiency = 0.8", "max_efficiency = 0.8\n[fused_attention.fa2]\nseq_len = [512, 1024]\nhead_dim = [128]\n"
+         "fwd_causal_tflops = [[1, 2]]\nfwd_tflops = [[1, 2]]\nbwd_tflops = [[1, 2]]\nbwd_causal_tflops = [[1, 0]]",
+         r"fused_attention\.fa2\.bwd_causal_tflops\[0\]\[1\] = 0\.0 must be > 0"),
     ],
 )
 def test_gpu_field_errors(tmp_path: Path, old: str, new: str, message: str) -> None:

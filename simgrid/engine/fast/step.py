@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from simgrid.engine.costmodel import CostModel, DurationCache
-from simgrid.engine.fast.loop import FastLoop, has_rows
+from simgrid.engine.fast.loop import FastLoop
 from simgrid.engine.fast.summary import StepSummary
 from simgrid.engine.symmetry import plan_ranks
 from simgrid.gcpause import collector_paused
@@ -36,16 +36,10 @@ def simulate_step(program: Program, cluster: Cluster | None = None, *, mode: str
         loop = FastLoop(program, durations, plan.simulated, speed_factors=speeds, multiplicity=multiplicity,
                         rows=False)
         loop.run()
-        states = loop.states
-        with_rows = [r for r in plan.simulated if has_rows(states[r].ops)]
         return StepSummary(
             makespan_s=loop.makespan_s,
             mode=plan.mode,
             notes=plan.notes,
-            weights={r: multiplicity[r] for r in sorted(with_rows)},
-            window_s=(loop.window_start, loop.window_end) if loop.busy_order else (0.0, 0.0),
-            busy_s={r: float(states[r].busy or 0.0) for r in loop.busy_order},
-            flops={r: states[r].flops for r in with_rows},
-            waits=tuple(loop.waits),
-            peak_memory_bytes={r: states[r].mem_peak for r in plan.simulated},
+            aggregates=loop.aggregates(),
+            peak_memory_bytes={r: st.mem_peak for r, st in loop.states.items()},
         )
