@@ -93,8 +93,9 @@ class DevRow:
     """Framework of the ZeRO implementation (``fsdp2``, ``megatron``); passed to the layout when the layout
     has a ``zero_impl`` setting (issue 12 item 3), recorded otherwise."""
     reduce_dtype: str = "param"
-    """FSDP2 gradient reduce dtype (``Layout.reduce_dtype``): ``fp32`` where the source's FSDP2 sets
-    ``MixedPrecisionPolicy(reduce_dtype=torch.float32)`` (torchtitan), ``param`` (PyTorch's default) else."""
+    """Gradient reduce dtype (``Layout.reduce_dtype``): ``fp32`` where the source's FSDP2 sets
+    ``MixedPrecisionPolicy(reduce_dtype=torch.float32)`` (torchtitan) or, with ZeRO 0-2, where Megatron-LM keeps
+    fp32 ``main_grad`` buffers (bf16 runs), ``param`` (PyTorch's default) else."""
     micro_batch: int
     """Sequences per micro-batch per data-parallel rank."""
     global_batch: int
@@ -233,6 +234,10 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
         model=f"megatron-h100-{size}", seq_length=4096, dp=48, tp=tp, pp=pp, zero=1, zero_impl="megatron",
         micro_batch=1, global_batch=gbs, sequence_parallel=tp > 1, tp_comm_overlap=tp > 1,
         overlap_param_gather=True,
+        # bf16 => fp32 gradient accumulation and reduce-scatter: Megatron-LM forces
+        # accumulate_allreduce_grads_in_fp32 = True for bf16 (megatron/training/arguments.py, core_r0.8.0) and
+        # Megatron-Core's DDP grad buffers are then torch.float (core/distributed/distributed_data_parallel.py).
+        reduce_dtype="fp32",
         metric="model_tflops_per_gpu",
         published=tflops, published_text=f"{tflops} per-GPU teraFLOP/s",
         conversion="tokens/s/GPU = TFLOP/s * 1e12 * GPUs * s * B / Megatron-Core r0.8.0 FLOPs of one step "
@@ -241,7 +246,8 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
                "optimizer), --tp-comm-overlap, pipeline communication overlapped; throughput end to end",
         assumed=(
             "precision: 16-bit, bf16 assumed (the MFU column is TFLOP/s over the 989 TFLOP/s dense 16-bit "
-            "peak, confirmed by the maintainers in NVIDIA/Megatron-LM issue 1276)",
+            "peak, confirmed by the maintainers in NVIDIA/Megatron-LM issue 1276); with bf16, Megatron-LM's fp32 "
+            "gradient buffers and reduce-scatter (reduce_dtype fp32; no --grad-reduce-in-bf16 stated)",
             "micro-batch 1, plain 1F1B (no virtual stages), no activation recompute: not stated",
             "fused (TE) attention; sequence parallelism with tp > 1 (--tp-comm-overlap requires it)",
             "ZeRO-1 (the distributed optimizer --overlap-param-gather needs); cluster: DGX H100 with NDR "

@@ -46,13 +46,14 @@ def dev_model(row: DevRow) -> ModelSpec:
 
 
 def dev_layout(row: DevRow) -> Layout:
-    """The layout the row is simulated with (validated against the model); the row's ``zero_impl`` and
-    ``reduce_dtype`` are passed on for ZeRO-3 rows (``Layout.zero_impl`` names ZeRO-3 implementations; a ZeRO-1 row's
-    framework is recorded only)."""
+    """The layout the row is simulated with (validated against the model); the row's ``zero_impl`` is passed on
+    for ZeRO-3 rows (``Layout.zero_impl`` names ZeRO-3 implementations; a ZeRO-1 row's framework is recorded only),
+    its ``reduce_dtype`` for every row (fp32 with ZeRO 0-2 is Megatron's fp32 main_grad)."""
     schedule = "none" if row.pp == 1 else ("1f1b" if row.vpp == 1 else "interleaved-1f1b")
     kwargs: dict[str, Any] = {}
     if row.zero == 3 and row.zero_impl is not None and "zero_impl" in {f.name for f in dataclasses.fields(Layout)}:
         kwargs["zero_impl"] = row.zero_impl
+    if row.reduce_dtype != "param":
         kwargs["reduce_dtype"] = row.reduce_dtype
     if row.overlap_param_gather:
         kwargs["overlap_param_gather"] = True

@@ -458,7 +458,8 @@ _DEV_GROUPS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
      "hides most of the tensor-parallel time; still pessimistic: the GEMM chunks (tokens / tp rows for the "
      "ring exchange, tokens / 4 for the pipelined reduce-scatter) are priced by the single-tile (128 x 256) "
      "wave model, which charges some chunk shapes up to ~1.8x their share of the whole GEMM (e.g. 512 x 9216 x "
-     "18432: 144 tiles on 132 SMs, two waves), and the ZeRO-1 gradient reduce-scatter stays partly exposed: "
+     "18432: 144 tiles on 132 SMs, two waves), and the ZeRO-1 gradient reduce-scatter (fp32 gradients, Megatron's "
+     "bf16 default: 4 bytes each) stays partly exposed: "
      "with 4 micro-batches per data-parallel rank only the last one's backward can hide it (the parameter "
      "all-gather runs beside the next step's first forward, --overlap-param-gather, Megatron-Core's buckets)"),
     ("torchtitan H100", lambda r: r.row.startswith("titan-") and not r.row.startswith("titan-a100"),

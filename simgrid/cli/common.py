@@ -186,8 +186,10 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
                    help="how ZeRO-3 gathers and reduces: DeepSpeed ZeRO stage 3 (per module, its default "
                         "prefetch, reuse and bucket sizes; default) or PyTorch FSDP2 (per layer)")
     g.add_argument("--reduce-dtype", choices=("param", "fp32"), default="param",
-                   help="FSDP2 gradient reduce dtype: param (PyTorch's default, 16-bit under mixed precision) or "
-                        "fp32 (torchtitan's default; twice the reduce-scatter bytes); needs --zero-impl fsdp2")
+                   help="gradient reduce dtype: param (16-bit under mixed precision; default) or fp32: with "
+                        "--zero 0-2 Megatron-LM's fp32 main_grad (4-byte gradients, all-reduced / reduce-scattered "
+                        "in fp32; Megatron's bf16 default), with --zero 3 FSDP2's fp32 reduce-scatter (torchtitan's "
+                        "default; needs --zero-impl fsdp2)")
 
 
 def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:

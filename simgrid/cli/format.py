@@ -41,6 +41,8 @@ def describe_layout(lay: Layout) -> str:
     if lay.zero:
         impl = lay.zero_impl + (", fp32 reduce" if lay.reduce_dtype == "fp32" else "")
         parts.append(f"ZeRO-{lay.zero}" + (f" ({impl})" if lay.zero == 3 else ""))
+    if lay.reduce_dtype == "fp32" and lay.zero < 3:
+        parts.append("fp32 grads")  # Megatron-LM's fp32 main_grad (simgrid.memory.states)
     if lay.recompute != "none":
         parts.append(f"recompute {lay.recompute}")
     if lay.sequence_parallel:

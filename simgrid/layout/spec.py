@@ -122,7 +122,9 @@ class Layout:
     """FSDP2's ``MixedPrecisionPolicy.reduce_dtype``: ``param`` (PyTorch's default, ``None``: gradients are
     reduce-scattered in the parameter dtype, 16-bit in mixed precision) or ``fp32`` (gradients cast to fp32
     before the reduce-scatter, twice the bytes; torchtitan's default, ``training.mixed_precision_reduce =
-    "float32"``). Needs ``zero_impl = "fsdp2"``; only read when ``zero = 3``."""
+    "float32"``); with zero 3 ``fp32`` needs ``zero_impl = "fsdp2"``. With ZeRO 0-2, ``fp32`` is Megatron-LM's fp32
+    ``main_grad`` (forced for bf16, ``accumulate_allreduce_grads_in_fp32``): gradients are kept (4 bytes per
+    parameter) and all-reduced / reduce-scattered in fp32 (:func:`simgrid.memory.states.state_bytes_per_param`)."""
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient sync with the backward, bucket by bucket (PyTorch DDP); False
     syncs every bucket after the last backward (Megatron-LM 2021's ``--DDP-impl local``)."""
@@ -269,10 +271,11 @@ class Layout:
                 "only (torchtitan's tensor parallelism, whose reduce-scatter outputs the policy saves); turn "
                 "sequence_parallel on"
             )
-        if self.reduce_dtype == "fp32" and self.zero_impl != "fsdp2":
+        if self.reduce_dtype == "fp32" and self.zero == 3 and self.zero_impl != "fsdp2":
             raise LayoutError(
-                f"layout: reduce_dtype 'fp32' is FSDP2's MixedPrecisionPolicy setting, but zero_impl = "
-                f"{self.zero_impl!r}; use zero 3 with zero_impl 'fsdp2', or reduce_dtype 'param'"
+                f"layout: reduce_dtype 'fp32' with zero 3 is FSDP2's MixedPrecisionPolicy setting, but zero_impl = "
+                f"{self.zero_impl!r}; use zero_impl 'fsdp2', zero 0-2 (fp32 gradient buffers, Megatron-LM's "
+                f"main_grad), or reduce_dtype 'param'"
             )
         if self.sequence_parallel and self.tp == 1:
             raise LayoutError(

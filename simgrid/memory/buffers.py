@@ -70,7 +70,7 @@ def comm_buffer_bytes(model: ModelSpec, layout: Layout, pp_rank: int = 0) -> dic
             block_cost(model, layout, block).expert_param_count * copies
             for stage in stages_of_rank(layout, pp_rank)
             for block, copies in stage_block_groups(model, layout, stage)
-        ) * layout.param_bytes
+        ) * state_bytes_per_param(layout).grads
         if expert_grads:
             bucket = int(layout.bucket_size_MB * BYTES_PER_BUCKET_MB)
             buffers["edp-buckets"] = min(DP_BUCKETS_IN_FLIGHT * bucket, expert_grads)
@@ -83,7 +83,7 @@ def zero3_grad_bytes(model: ModelSpec, layout: Layout, blocks: tuple[int, ...]) 
     (:func:`simgrid.model.zero3_units.reduce_bytes_per_param`)."""
     unsharded = dataclasses.replace(layout, zero=min(layout.zero, 1))
     own = sum(block_state_bytes(model, unsharded, b).grads_bytes for b in blocks)
-    grad_bytes = state_bytes_per_param(layout).grads
+    grad_bytes = state_bytes_per_param(unsharded).grads  # the dtype ``own`` was counted in
     tied = 0 if 0 in blocks else sum(tied_head_params(model, layout, b) for b in blocks)
     return int((own + tied * grad_bytes) * reduce_bytes_per_param(layout) // grad_bytes)
 

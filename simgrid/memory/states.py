@@ -16,6 +16,15 @@ sgd (momentum), mixed         2        2      8 = fp32 master 4 + momentum 4
 sgd (momentum), fp32          4        4      4 = momentum 4
 ============================  =======  =====  =================================================
 
+fp32 gradients (``Layout.reduce_dtype = "fp32"`` with ZeRO 0-2, mixed precision): 4 bytes per gradient
+instead of 2, Megatron-LM's fp32 ``main_grad`` buffers. For bf16 Megatron-LM forces
+``accumulate_allreduce_grads_in_fp32 = True`` (megatron/training/arguments.py, core_r0.8.0: "bfloat16 requires
+gradient accumulation and all-reduce to be done in fp32") and the DDP grad buffer then has dtype
+``torch.float`` (megatron/core/distributed/distributed_data_parallel.py: ``grad_dtype = torch.float if
+ddp_config.grad_reduce_in_fp32 else param.dtype``), so the DP all-reduce / reduce-scatter moves 4-byte
+gradients too (Table 1 then reads 2 + 4 + 12). ZeRO-3's fp32 reduce (FSDP2) casts only the unsharded gradient
+it reduces; its stored gradients stay in the parameter dtype here (:mod:`simgrid.model.zero3_units`).
+
 ZeRO over the ``dp`` replicas (section 5): stage 1 shards the optimizer states, stage 2 also the
 gradients, stage 3 also the weights; a shard is ``ceil(bytes / dp)``. A MoE sub-block's routed experts are
 already split ``1 / (ep * etp)`` and replicated over the expert data-parallel group only, so ZeRO shards
@@ -49,6 +58,8 @@ OPTIMIZER_STATE_BYTES: dict[tuple[str, bool], int] = {
     ("sgd", True): 8,
     ("sgd", False): 4,
 }
+#: Bytes of one fp32 gradient element (Megatron-LM's ``main_grad`` under ``reduce_dtype = "fp32"``).
+FP32_GRAD_BYTES = 4
 #: Host-side fp32 gradient buffer of an offloaded optimizer (ZeRO-Offload), bytes per parameter.
 OFFLOAD_GRAD_BYTES = 4
 #: Host-side fp32 weight copy an offloaded optimizer updates when training in fp32, bytes per parameter.
@@ -62,7 +73,7 @@ class StateBytesPerParam:
     weights: int
     """Working weights (16-bit in mixed precision, else fp32)."""
     grads: int
-    """Gradients in the working dtype."""
+    """Gradients in the working dtype, or fp32 under ``reduce_dtype = "fp32"`` with ZeRO 0-2."""
     optimizer: int
     """Optimizer states incl. the fp32 master copy in mixed precision (the ZeRO paper's K)."""
     host: int
@@ -114,7 +125,9 @@ def state_bytes_per_param(layout: Layout) -> StateBytesPerParam:
     host = 0
     if layout.offload_optimizer:
         host = optimizer + OFFLOAD_GRAD_BYTES + (0 if mixed else OFFLOAD_FP32_WEIGHT_BYTES)
-    return StateBytesPerParam(weights=layout.param_bytes, grads=layout.param_bytes,
+    fp32_grads = layout.reduce_dtype == "fp32" and layout.zero < 3  # Megatron's fp32 main_grad (docstring)
+    grads = FP32_GRAD_BYTES if fp32_grads else layout.param_bytes
+    return StateBytesPerParam(weights=layout.param_bytes, grads=grads,
                               optimizer=0 if layout.offload_optimizer else optimizer, host=host)
 
 

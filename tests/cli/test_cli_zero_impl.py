@@ -41,4 +41,13 @@ def test_reduce_dtype_reaches_the_report_and_needs_fsdp2(capsys: pytest.CaptureF
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 2
     lines = run.stderr.strip().splitlines()
-    assert len(lines) == 1 and "reduce_dtype 'fp32' is FSDP2's" in lines[0] and "zero_impl 'fsdp2'" in lines[0]
+    assert len(lines) == 1 and "reduce_dtype 'fp32' with zero 3 is FSDP2's" in lines[0]
+    assert "zero_impl 'fsdp2'" in lines[0]
+
+
+def test_reduce_dtype_fp32_with_zero1_is_accepted_and_named(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--reduce-dtype fp32`` with ``--zero 1`` (Megatron's fp32 main_grad) runs and the layout line says so."""
+    code = main(["simulate", "--model", "tiny-gpt", "--cluster", "dgx-a100-hdr", "--gpus", "2", "--zero", "1",
+                 "--reduce-dtype", "fp32"])
+    assert code in (0, None)
+    assert "ZeRO-1, fp32 grads" in capsys.readouterr().out

@@ -118,11 +118,16 @@ def test_selective_op_needs_fused_attention_and_sequence_parallel_with_tp() -> N
         check_layout(get_model("mixtral-8x7b"), Layout(recompute="selective-op", flash_attention=True))
 
 
-def test_reduce_dtype_fp32_needs_fsdp2() -> None:
-    """reduce_dtype is FSDP2's MixedPrecisionPolicy setting: 'fp32' with DeepSpeed is refused, bad names too."""
+def test_reduce_dtype_fp32_needs_fsdp2_under_zero3_only() -> None:
+    """With zero 3 reduce_dtype is FSDP2's MixedPrecisionPolicy setting: 'fp32' with DeepSpeed ZeRO-3 is refused
+    (the message names the fixes); with ZeRO 0-2 'fp32' is Megatron's fp32 main_grad and is accepted under any
+    zero_impl; bad names are refused."""
     assert Layout().reduce_dtype == "param"
     Layout(dp=2, zero=3, zero_impl="fsdp2", reduce_dtype="fp32")
-    with pytest.raises(LayoutError, match=r"reduce_dtype 'fp32' is FSDP2's.*zero_impl = 'deepspeed'"):
+    for zero in (0, 1, 2):
+        assert Layout(dp=2, zero=zero, reduce_dtype="fp32").reduce_dtype == "fp32"
+    with pytest.raises(LayoutError, match=r"reduce_dtype 'fp32' with zero 3 is FSDP2's.*zero_impl = 'deepspeed'.*"
+                                          r"zero 0-2"):
         Layout(dp=2, zero=3, reduce_dtype="fp32")
     with pytest.raises(LayoutError, match="reduce_dtype"):
         Layout(reduce_dtype="fp16")  # type: ignore[arg-type]

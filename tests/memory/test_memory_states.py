@@ -105,3 +105,35 @@ def test_negative_parameter_count_is_rejected() -> None:
     """A negative count is a LayoutError naming the count."""
     with pytest.raises(LayoutError, match="parameter count -1"):
         model_states_for_params(-1, Layout())
+
+
+@pytest.mark.parametrize(("zero", "dp", "per_param"), [(0, 1, "18"), (1, 8, "7.5"), (1, 48, "6.25")])
+def test_fp32_reduce_dtype_is_megatron_bf16_fp32_grads(zero: int, dp: int, per_param: str) -> None:
+    """``reduce_dtype = "fp32"`` with ZeRO 0/1 is Megatron-LM's bf16 fp32 ``main_grad``: the bytes per parameter of
+    Megatron's distributed-optimizer doc table ("bf16 param, fp32 grads": 18 without, 6 + 12/d with the
+    distributed optimizer), i.e. 4-byte gradients where the default keeps 2 (ZeRO Table 1 unchanged)."""
+    layout = Layout(dp=dp, zero=zero, global_batch_size=dp, reduce_dtype="fp32")
+    per = state_bytes_per_param(layout)
+    assert (per.weights, per.grads, per.optimizer) == (2, 4, 12)
+    assert state_bytes_per_param(Layout(dp=dp, zero=zero, global_batch_size=dp)).grads == 2
+    params = 10**9
+    states = model_states_for_params(params, layout)
+    assert Decimal(states.total_bytes) / params == Decimal(per_param)
+
+
+def test_fp32_reduce_dtype_shards_fp32_grads_under_zero2_and_leaves_zero3_states_alone() -> None:
+    """ZeRO-2 shards the 4-byte gradients over dp; ZeRO-3 (FSDP2's fp32 reduce) keeps its stored gradient
+    shards in the parameter dtype, so its model states do not change."""
+    params = 8 * 10**9
+    zero2 = model_states_for_params(params, Layout(dp=8, zero=2, global_batch_size=8, reduce_dtype="fp32"))
+    assert zero2.grads_bytes == params * 4 // 8
+    fsdp = Layout(dp=8, zero=3, zero_impl="fsdp2", global_batch_size=8)
+    fsdp_fp32 = Layout(dp=8, zero=3, zero_impl="fsdp2", global_batch_size=8, reduce_dtype="fp32")
+    assert model_states_for_params(params, fsdp_fp32) == model_states_for_params(params, fsdp)
+
+
+def test_fp32_reduce_dtype_in_fp32_training_changes_nothing() -> None:
+    """fp32 training already keeps fp32 gradients: ``reduce_dtype = "fp32"`` is a no-op there."""
+    plain = Layout(dp=4, zero=1, global_batch_size=4, precision="fp32")
+    assert state_bytes_per_param(plain) == state_bytes_per_param(Layout(dp=4, zero=1, global_batch_size=4,
+                                                                         precision="fp32", reduce_dtype="fp32"))

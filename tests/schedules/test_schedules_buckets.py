@@ -77,3 +77,23 @@ def test_megatron_policy_does_not_bucket_later_pipeline_ranks_or_chunks() -> Non
     assert len(grad_buckets(model, layout, 0)) > 1  # rank 0, chunk 0
     for stage in (1, 2, 3):  # rank 1 chunk 0, rank 0 chunk 1, rank 1 chunk 1
         assert len(grad_buckets(model, layout, stage)) == 1
+
+
+def test_fp32_grads_double_block_and_bucket_bytes() -> None:
+    """``reduce_dtype = "fp32"`` (Megatron's fp32 main_grad): each block's gradient is 4 bytes per parameter, the
+    Megatron cap is the same 40e6 parameters (so the same buckets, twice the bytes), and a DDP byte cap closes
+    after half the parameters (Megatron-LM: grad buffer dtype torch.float, distributed_data_parallel.py)."""
+    from simgrid.schedules.buckets import block_grad_bytes, bucket_cap_bytes
+
+    model = get_model("llama2-7b")
+    for block in (0, 1, 2, 2 * model.num_layers + 1):
+        plain = block_grad_bytes(model, Layout(dp=8), block)
+        assert block_grad_bytes(model, Layout(dp=8, reduce_dtype="fp32"), block) == 2 * plain
+        assert plain == block_params_on_rank(model, Layout(dp=8), block) * 2
+    meg, meg32 = Layout(dp=48, bucket_policy="megatron"), Layout(dp=48, bucket_policy="megatron", reduce_dtype="fp32")
+    assert bucket_cap_bytes(model, meg32, 0) == 48_000_000 * 4
+    plain_b, fp32_b = grad_buckets(model, meg, 0), grad_buckets(model, meg32, 0)
+    assert [b.blocks for b in fp32_b] == [b.blocks for b in plain_b]
+    assert [b.bytes for b in fp32_b] == [2 * b.bytes for b in plain_b]
+    ddp = grad_buckets(model, Layout(dp=8, bucket_size_MB=200.0, reduce_dtype="fp32"), 0)
+    assert len(ddp) > len(grad_buckets(model, Layout(dp=8, bucket_size_MB=200.0), 0))

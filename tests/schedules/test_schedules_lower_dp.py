@@ -116,3 +116,25 @@ def test_unoverlapped_grad_sync_comes_after_the_last_backward() -> None:
         syncs = [i for i, op in enumerate(ops) if isinstance(op, Collective) and op.purpose == "dp-grad"]
         assert len(syncs) > 1
         assert (min(syncs) > last_bwd) is (not overlap)
+
+
+def test_fp32_grads_double_every_ddp_all_reduce_and_zero1_reduce_scatter_but_not_the_gathers() -> None:
+    """``reduce_dtype = "fp32"`` (Megatron's fp32 main_grad) with Megatron's buckets (a parameter-count cap, so
+    the same buckets): each DP all-reduce (ZeRO 0) and reduce-scatter (ZeRO 1) moves twice the bf16 bytes, the
+    ZeRO-1 parameter all-gathers stay 16-bit."""
+    for zero, purpose in ((0, "dp-grad"), (1, "zero-grad")):
+        base = dict(dp=4, zero=zero, global_batch_size=4, bucket_policy="megatron")
+        plain = _ops(Layout(**base))  # type: ignore[arg-type]
+        fp32 = _ops(Layout(**base, reduce_dtype="fp32"))  # type: ignore[arg-type]
+        assert [op.label for _, op in _colls(fp32, purpose)] == [op.label for _, op in _colls(plain, purpose)]
+        assert [op.bytes for _, op in _colls(fp32, purpose)] == [2 * op.bytes for _, op in _colls(plain, purpose)]
+        assert _colls(fp32, purpose)
+        assert [op.bytes for _, op in _colls(fp32, "zero-param")] == [op.bytes for _, op in _colls(plain, "zero-param")]
+
+
+def test_fp32_grads_under_zero2_reduce_scatter_four_bytes_per_gradient() -> None:
+    """ZeRO-2 with fp32 gradients: every per-micro-batch reduce-scatter moves the bucket's parameters x 4 bytes."""
+    layout = Layout(dp=4, zero=2, global_batch_size=8, bucket_size_MB=1e6, reduce_dtype="fp32")
+    scatters = _colls(_ops(layout), "zero-grad")
+    params = sum(block_params_on_rank(TINY, layout, b) for b in range(2 * TINY.num_layers + 2))
+    assert [op.bytes for _, op in scatters] == [4 * params] * 2  # one bucket, two micro-batches

@@ -77,3 +77,13 @@ def test_program_metadata_names_schedule_granularity_and_microbatches() -> None:
     program = build_program(TINY, Layout(pp=2, global_batch_size=4), granularity="stage")
     assert dict(program.meta) == {"generator": "simgrid.schedules.build_program", "granularity": "stage",
                                   "num_microbatches": 4, "schedule": "1f1b"}
+
+
+def test_fp32_main_grads_skip_the_gradient_copy_in_the_optimizer_traffic() -> None:
+    """Megatron-LM's mixed-precision Adam step moves 52 bytes per parameter with 16-bit gradients (copy to the
+    fp32 main grad, unscale, norm, update, copy back); with fp32 main grads (``reduce_dtype = "fp32"``) the
+    first copy (read 2 + write 4) is gone: 46 bytes."""
+    from simgrid.schedules.lower.optimizer import optimizer_traffic_bytes_per_param
+
+    assert optimizer_traffic_bytes_per_param(Layout(dp=2, zero=1)) == 52
+    assert optimizer_traffic_bytes_per_param(Layout(dp=2, zero=1, reduce_dtype="fp32")) == 46

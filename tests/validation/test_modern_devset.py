@@ -259,3 +259,13 @@ def test_dev_row_type_defaults_describe_a_plain_data_parallel_bf16_run() -> None
                  published=1.0, published_text="1 tok/s", conversion="as published", recipe="r")
     assert (row.gpus, row.zero, row.recompute, row.flash_attention, row.precision) == (8, 0, "none", True, "bf16")
     assert modern_devset.layout_text(modern_devset.dev_layout(row)) == "dp8 mb1 gbs8 recompute-none fa"
+
+
+def test_megatron_bf16_rows_keep_fp32_main_grads() -> None:
+    """Megatron-LM forces fp32 gradient accumulation and reduce for bf16 (accumulate_allreduce_grads_in_fp32,
+    core_r0.8.0): every Megatron README row is simulated with ``reduce_dtype = "fp32"`` under its ZeRO-1."""
+    rows = [r for r in DEV_ROWS if r.source is modern_data.MEGATRON_README]
+    assert rows
+    for row in rows:
+        layout = dev_layout(row)
+        assert row.precision == "bf16" and layout.zero == 1 and layout.reduce_dtype == "fp32", row.id

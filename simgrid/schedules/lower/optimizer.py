@@ -128,7 +128,9 @@ def optimizer_traffic_bytes_per_param(layout: Layout) -> int:
     optimizer.py, 2021), one pass per kernel: copy the 16-bit gradient into the fp32 main gradient (read
     d + write 4), unscale and check for inf/nan (read 4 + write 4), gradient norm for clipping (read 4),
     the fused update (read master 4, gradient 4 and the moments; write master 4 and the moments), copy the
-    fp32 master back into the working weights (read 4 + write d): 52 bytes for Adam with d = 2.
+    fp32 master back into the working weights (read 4 + write d): 52 bytes for Adam with d = 2. With fp32
+    gradients (``reduce_dtype = "fp32"``, Megatron-Core's fp32 ``main_grad``) the first copy is skipped: the
+    optimizer's ``main_grad.float()`` is the buffer itself (46 bytes for Adam with d = 2).
     Full precision: gradient norm (read 4) and the update (read weight 4, gradient 4, moments; write
     weight 4, moments). With offload the update runs on the host from the fp32 copies there: read
     weights, gradients and states, write weights and states.
@@ -140,7 +142,8 @@ def optimizer_traffic_bytes_per_param(layout: Layout) -> int:
         return 2 * (per.weights + per.host) + per.grads
     if layout.mixed_precision:
         moments = per.optimizer - FP32_BYTES  # the optimizer bytes hold the fp32 master copy too
-        return (per.grads + FP32_BYTES) + 2 * FP32_BYTES + FP32_BYTES + (3 * FP32_BYTES + 2 * moments) + (
+        to_main_grad = 0 if per.grads == FP32_BYTES else per.grads + FP32_BYTES
+        return to_main_grad + 2 * FP32_BYTES + FP32_BYTES + (3 * FP32_BYTES + 2 * moments) + (
             FP32_BYTES + per.weights
         )
     return FP32_BYTES + 3 * FP32_BYTES + 2 * per.optimizer
