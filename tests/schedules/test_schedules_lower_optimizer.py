@@ -60,6 +60,9 @@ def test_tied_embedding_gradient_is_all_reduced_between_first_and_last_stage() -
         ops = program.ranks[rank]
         assert ops[ops.index(coll) + 1] == Wait(handle=coll.handle)
         assert ops.index(coll) < ops.index(_opt_ops(ops)[0])
+    fp32 = build_program(TINY, Layout(pp=2, dp=2, tp=2, global_batch_size=4, zero=1, reduce_dtype="fp32"))
+    (coll,) = [op for op in fp32.ranks[0] if isinstance(op, Collective) and op.purpose == "embed-grad"]
+    assert coll.bytes == 4 * word_embedding_params(TINY, 2)  # Megatron all-reduces the fp32 main_grad
 
 
 @pytest.mark.parametrize(

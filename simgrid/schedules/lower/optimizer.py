@@ -112,9 +112,11 @@ def _embed_sync(ctx: LoweringContext, pp_rank: int) -> list[Op]:
     pair = embed_sync_ranks(ctx)
     if pair is None or pp_rank not in pair:
         return []
+    from simgrid.memory.states import state_bytes_per_param
     from simgrid.model import params
 
-    size = params.word_embedding_params(ctx.model, ctx.layout.tp) * ctx.layout.param_bytes
+    # Megatron-LM all-reduces the embedding's main_grad (fp32 under reduce_dtype "fp32"; finalize_model_grads).
+    size = params.word_embedding_params(ctx.model, ctx.layout.tp) * state_bytes_per_param(ctx.layout).grads
     handle = "embed-grad"
     group = embed_group_name(0, 0, ctx.coord(pp_rank).cp)
     return [Collective(kind="all_reduce", group=group, bytes=size, purpose="embed-grad", handle=handle,
