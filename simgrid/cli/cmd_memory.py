@@ -97,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
         f"mbs={layout.micro_batch_size} gbs={layout.gbs} ({layout.num_microbatches} micro-batches) "
         f"schedule={layout.schedule} recompute={layout.recompute} precision={layout.precision} "
         f"optimizer={layout.optimizer}{' offload' if layout.offload_optimizer else ''}"
+        f"{' reduce_dtype=fp32' if layout.reduce_dtype == 'fp32' else ''}"
     )
     print(f"per GPU (worst rank: pipeline rank {estimate.worst_pp_rank})")
     for name, value in estimate.breakdown.items():

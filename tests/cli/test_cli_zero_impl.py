@@ -51,3 +51,20 @@ def test_reduce_dtype_fp32_with_zero1_is_accepted_and_named(capsys: pytest.Captu
                  "--reduce-dtype", "fp32"])
     assert code in (0, None)
     assert "ZeRO-1, fp32 grads" in capsys.readouterr().out
+
+
+def test_memory_with_fp32_grads_doubles_the_gradient_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """``simgrid memory --zero 1 --reduce-dtype fp32``: the grads line is twice the default's (4-byte
+    gradients, Megatron's fp32 main_grad), weights and optimizer lines unchanged, the layout line names it."""
+    def lines(extra: list[str]) -> dict[str, str]:
+        assert main(["memory", "--model", "llama2-7b", "--gpus", "16", "--tp", "2", "--zero", "1", "--gbs", "64",
+                     "--mbs", "1", *extra]) in (0, None)
+        out = capsys.readouterr().out
+        found = {ln.split()[0]: ln.split()[1] for ln in out.splitlines() if ln.startswith("  ") and ln.split()}
+        found["layout"] = next(ln for ln in out.splitlines() if ln.startswith("layout"))
+        return found
+
+    plain, fp32 = lines([]), lines(["--reduce-dtype", "fp32"])
+    assert float(fp32["grads"]) == pytest.approx(2 * float(plain["grads"]), abs=0.01)
+    assert (fp32["weights"], fp32["optimizer"]) == (plain["weights"], plain["optimizer"])
+    assert "reduce_dtype=fp32" in fp32["layout"] and "reduce_dtype" not in plain["layout"]
