@@ -123,6 +123,8 @@ def _matmul(reader: TableReader) -> MatmulEfficiency:
     for key in ("tile_m", "tile_n"):
         if reader.has(key):
             kwargs[key] = reader.integer(key)
+    if reader.has("stream_k"):
+        kwargs["stream_k"] = reader.boolean("stream_k")
     reader.finish()
     return reader.build(MatmulEfficiency, **kwargs)
 
