@@ -20,6 +20,17 @@ than reading A and B and writing C once at ``B`` (the roofline's memory ceiling)
 than SMs may instead split its inner dimension over more thread blocks (split-K, as CUTLASS's and cuBLAS's
 split-K kernels do), paying an fp32 partial tile per slice and a reduction; the cheaper way is taken.
 
+The library picks its kernel per shape among several tiles (256x128, 128x256, 128x128, 256x64, 64x256, 128x64,
+64x128, 64x64: DU-09799-001 section 3; cuBLASLt's ``cublasLtMatmulTile_t``), so a shape the profile's tile
+quantises badly may run faster on smaller tiles. A smaller tile reuses each operand element it loads over
+fewer FLOPs (``2ab / (a + b)`` per element), which is why the guide ranks it less efficient; its main loop is
+priced at the profile tile's rate times that reuse ratio (the largest penalty consistent with the large tile
+being the preferred one: nothing fitted), and the time is the minimum over the candidates: what a good
+heuristic achieves; cuBLAS's own heuristic is not always optimal. On a GPU whose profile says
+``matmul.stream_k`` (Hopper: CUTLASS's sm90 stream-K scheduler) the K steps of all tiles may instead be shared
+evenly by one persistent CTA per SM (stream-K, Osama et al., PPoPP 2023), so a partial last wave costs its
+share of work plus an fp32 partial-tile fixup rather than a whole wave.
+
 A profile without a tile (``matmul.tile_m = 0``) or without ``sm_count`` keeps the legacy rule:
 ``flops / (peak * efficiency(min(m, n, k)))``.
 """
