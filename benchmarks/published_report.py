@@ -303,7 +303,8 @@ KNOWN_LIMITATIONS = """\
   collectives, each chunk priced at its own shape, so the wave quantization of small chunks is charged.
 - Not modelled, and visible in the misses: stream-K GEMM kernels that soften wave quantization on Hopper
   (split-K is modelled; the TE chunks above feel this most), GEMM kernels below the best-shape efficiency
-  that cuBLAS's heuristics pick for some shapes, and FSDP2's copy-in/copy-out kernels. torchtitan's per-op
+  that cuBLAS's heuristics pick for some shapes, and FSDP2's copy-in on its side stream (its copy-out on the
+  compute stream is priced). torchtitan's per-op
   selective checkpointing is modelled (recompute 'selective-op'), and the torchtitan H100 rows run on their
   own 500 W, 2.4 TB/s profile (h100-sxm-96gb-500w), whose 500 W sustained clock is interpolated from
   NVIDIA's ratings, not measured.
@@ -466,9 +467,10 @@ _DEV_GROUPS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
      "rest is as on the A100 rows below"),
     ("torchtitan A100", lambda r: r.row.startswith("titan-a100"),
      "optimistic even on the row with no deviation (13B, no checkpointing): what PyTorch eager FSDP2 spends "
-     "beyond the priced kernels is not modelled: FSDP2's copy-in/copy-out kernels around every all-gather and "
-     "reduce-scatter (docs/zero3.md), host-side launch gaps of eager's many small kernels, and the flat A100 "
-     "FA2 efficiency; the selective-op rows run their recompute ('selective-op')"),
+     "beyond the priced kernels is not modelled (FSDP2's all-gather copy-out on the compute stream is priced, "
+     "about 1.5-2 points): host-side launch gaps of eager's many small kernels, the flat A100 FA2 efficiency and "
+     "GEMMs below the tile model's rate are the candidates, none measured; the selective-op rows run their "
+     "recompute ('selective-op')"),
     ("NeMo AutoModel H100", lambda r: r.row.startswith("automodel"),
      "FSDP2 with context parallelism, Transformer Engine kernels and full checkpointing"),
 )

@@ -20,10 +20,8 @@ where ``E = T h d`` (divided by ``tp`` under sequence parallelism), ``S = a_loca
 ``F = T f_local d``, ``T = b s`` tokens and ``d`` the element size. Matmul operands are not counted here
 (the compute model costs every GEMM by its shape, :mod:`simgrid.model.gemms`, including the unfused attention
 core's batched GEMMs and their s x s operands). The embedding is a gather (read + write ``T h d``), a
-position add and a dropout; the loss is Megatron's fp32 vocabulary-parallel cross entropy: forward
-cast (read ``d``, write 4), max (read 4), exp in place (read 4, write 4) and sum (read 4) per logit,
-backward subtract in place (read 4, write 4) and cast back (read 4, write ``d``). A MoE layer's MLP
-sub-block is :func:`simgrid.model.moe.moe_traffic`.
+position add and a dropout; the loss is an fp32 cross entropy over the (vocabulary-parallel) logits, see
+:data:`LOSS_FWD_BYTES_PER_LOGIT_EXTRA`. A MoE layer's MLP sub-block is :func:`simgrid.model.moe.moe_traffic`.
 """
 
 from __future__ import annotations
@@ -39,10 +37,25 @@ from simgrid.model.moe import is_moe_block, moe_traffic
 from simgrid.model.params import mlp_in_width, qkv_width
 from simgrid.model.spec import ModelSpec
 
-#: Bytes per logit touched by the fp32 cross-entropy forward: cast d->4 (d + 4), max (4), exp (8), sum (4).
+#: Bytes per logit, beyond the 16-bit read of the cast, of PyTorch's fp32 cross entropy
+#: (``F.cross_entropy(logits.float(), ...)``, torchtitan; ``kernel_fusion`` eager): cast d->4 (write 4), then
+#: log-softmax's max (read 4), sum of exponentials (read 4) and output (read 4, write 4) = 20.
 LOSS_FWD_BYTES_PER_LOGIT_EXTRA = 20
-#: Backward: subtract one-hot in place (8), cast back (4 + d).
+#: Megatron-LM's vocabulary-parallel cross entropy (``kernel_fusion`` fused: Megatron-LM and Megatron-Core),
+#: one pass per tensor op: cast (write 4), max (read 4), max subtracted in place (read 4, write 4), exp in
+#: place (8), sum (4) and the softmax normalised in place for the backward, ``exp_logits.div_(sum)`` (8) = 36.
+#: Source: megatron/mpu/cross_entropy.py (2021) and megatron/core/tensor_parallel/cross_entropy.py
+#: (``calculate_predicted_logits``: ``vocab_parallel_logits -= logits_max``, ``torch.exp(..., out=)``;
+#: ``calculate_cross_entropy_loss``: ``exp_logits.div_(sum_exp_logits)``), the unfused default of Megatron-Core
+#: r0.8 (``--cross-entropy-loss-fusion`` off).
+MEGATRON_LOSS_FWD_BYTES_PER_LOGIT_EXTRA = 36
+#: Megatron's backward: subtract the one-hot in place and scale by the loss gradient in place (8), cast back
+#: (read 4; the write ``d`` is counted with the cast's 16-bit side).
 LOSS_BWD_BYTES_PER_LOGIT_EXTRA = 12
+#: PyTorch's backward: ``nll_loss_backward`` zero-fills the whole fp32 gradient before scattering the targets
+#: (``grad_input.zero_()`` in aten/src/ATen/native/cuda/Loss.cu, write 4), log-softmax's backward sums the
+#: incoming gradient (read 4) then writes ``grad - exp(out) * sum`` (read 4 + 4, write 4), cast back (read 4).
+EAGER_LOSS_BWD_BYTES_PER_LOGIT_EXTRA = 24
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,10 +109,15 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
     if kind == "head":
         extra = _eager_extra(model, layout, kind)
         logits = tokens * local_vocab(model, tp)
-        fwd = 2 * hidden + logits * (d + LOSS_FWD_BYTES_PER_LOGIT_EXTRA) + extra[0]
-        bwd = 3 * hidden + logits * (d + LOSS_BWD_BYTES_PER_LOGIT_EXTRA) + extra[1]
-        # norm, GEMM, cast, max, exp, sum, target gather / norm bwd, 2 GEMMs, subtract, cast
-        return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=7 + extra[2], bwd_kernels=5 + extra[3],
+        megatron = layout.kernel_fusion == "fused"
+        loss_fwd = MEGATRON_LOSS_FWD_BYTES_PER_LOGIT_EXTRA if megatron else LOSS_FWD_BYTES_PER_LOGIT_EXTRA
+        loss_bwd = LOSS_BWD_BYTES_PER_LOGIT_EXTRA if megatron else EAGER_LOSS_BWD_BYTES_PER_LOGIT_EXTRA
+        fwd = 2 * hidden + logits * (d + loss_fwd) + extra[0]
+        bwd = 3 * hidden + logits * (d + loss_bwd) + extra[1]
+        # norm, GEMM, cast, max, exp, sum, target gather (Megatron: + subtract, divide) / norm bwd, 2 GEMMs,
+        # subtract, cast (PyTorch: zero-fill, target scatter and log-softmax backward instead of the subtract)
+        fwd_k, bwd_k = (9, 5) if megatron else (7, 7)
+        return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k + extra[2], bwd_kernels=bwd_k + extra[3],
                             gemm_mnk=(tokens, local_vocab(model, tp), h))
 
     norm_fwd, norm_bwd = 2 * hidden, 3 * hidden

@@ -181,3 +181,28 @@ def test_fsdp2_fp32_reduce_dtype_doubles_every_bf16_reduce_scatter_and_its_buffe
     buffers = {op.name: op.bytes for op in fp32 if isinstance(op, Alloc) and op.name.startswith("zero3-grad")}
     plain_buffers = {op.name: op.bytes for op in plain if isinstance(op, Alloc) and op.name.startswith("zero3-grad")}
     assert buffers == {name: 2 * size for name, size in plain_buffers.items()}
+
+
+def _compute_bytes(ops: tuple[Op, ...]) -> tuple[float, int]:
+    """HBM bytes and launches of the forward and backward compute ops (the optimizer step left out)."""
+    comp = [op for op in ops if isinstance(op, Compute) and op.kind != "OPT"]
+    return sum(op.hbm_bytes for op in comp), sum(op.kernels for op in comp)
+
+
+def test_fsdp2_copy_out_is_paid_on_the_compute_stream_once_per_gather() -> None:
+    """FSDP2 copies each all-gather's output into the unsharded parameters on the compute stream (read + write
+    2 bytes per bf16 element, one launch per gather). Without recompute the forward gathers the root (embedding,
+    final norm, head: every parameter not in a layer) and each of the L layers, the backward each layer again
+    (the root is kept): 2 x 2 x (all parameters + L x layer parameters) bytes and 1 + 2L launches more than the
+    same layout without ZeRO-3. DeepSpeed gathers into the buffer its parameters view: no extra traffic."""
+    from simgrid.model.params import layer_params, param_count
+
+    model = ModelSpec(name="copy-out-test", num_layers=3, hidden_size=256, num_heads=4, vocab_size=1024,
+                      seq_length=128, tied_embeddings=False)
+    base = _compute_bytes(_ops(model, zero=0))
+    fsdp2 = _compute_bytes(_ops(model, zero_impl="fsdp2"))
+    deepspeed = _compute_bytes(_ops(model, zero_impl="deepspeed"))
+    L = model.num_layers
+    assert fsdp2[0] - base[0] == 2 * 2 * (param_count(model) + L * layer_params(model))
+    assert fsdp2[1] - base[1] == 1 + 2 * L
+    assert deepspeed == base

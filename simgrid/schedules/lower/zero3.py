@@ -17,7 +17,9 @@ a buffer released after use, and each gradient is reduce-scattered so each rank 
 * ``fsdp2``: one gather per transformer layer (and one for the root: embedding, final norm, output
   layer), the next unit prefetched while the current one computes (``layout.zero3_prefetch_depth``
   units, FSDP2's 1 by default), layers resharded after forward and gathered again in the backward, the
-  root kept; each unit's gradients reduce-scattered when its backward ends.
+  root kept; each unit's gradients reduce-scattered when its backward ends. FSDP2 gathers into a staging
+  buffer and copies it out into the unsharded parameters on the compute stream before the unit runs
+  (:data:`FSDP2_COPY_OUT_READS_WRITES`): the first compute op of each gathered use pays that copy.
 
 The IR places these at sub-block granularity: a gather issued "during" a module is issued before the
 compute op of the sub-block holding that module, and waited before the first compute op that needs it
@@ -34,6 +36,7 @@ residency carry from a micro-batch's forward into its backward and on into the n
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -45,6 +48,15 @@ from simgrid.model.zero3_units import DEEPSPEED, FSDP2, block_modules, fsdp2_uni
 from simgrid.schedules.lower.context import LoweringContext, Role
 
 _Pos = tuple[int, int]  # (step index, op index in the step)
+
+FSDP2_COPY_OUT_READS_WRITES = 2
+"""FSDP2's all-gather copy-out moves every gathered element twice on the compute stream: read from the all-gather
+output, written into the unsharded parameter (``foreach_all_gather_copy_out``, called by
+``FSDPParamGroup.wait_for_unshard`` in the module's pre-forward / pre-backward hook on the current stream:
+``torch.split_with_sizes_copy`` in torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, per-parameter
+copies out of ``torch.split`` views in the first FSDP2 of early 2024, torch/distributed/_composable/fsdp), so
+``2 x numel x param bytes`` of HBM traffic and one kernel per gather. DeepSpeed ZeRO-3 gathers straight into the
+flat buffer its parameters view, with no copy (``zero_impl`` deepspeed pays nothing here)."""
 _BACKWARD = ("B", "I", "W")
 
 
@@ -296,8 +308,11 @@ def add_zero3(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     waited: set[str] = set()  # a call serving several uses is waited before the first (the IR waits once)
     remaining = {name: {uses[u].key for u in calls[i].uses} for i, name in enumerate(call_names)}
     resident_call: dict[str, str] = {}
+    copy_out: dict[_Pos, int] = defaultdict(int)
     for index, use in enumerate(uses):
         if use.gather:
+            if ctx.layout.zero_impl == "fsdp2":
+                copy_out[use.first] += FSDP2_COPY_OUT_READS_WRITES * use.numel * param_bytes
             name = handle_of_use[index]
             resident_call[use.key] = name
             if name not in waited:
@@ -335,6 +350,8 @@ def add_zero3(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
         new_ops: list[Op] = []
         for oi, op in enumerate(step.ops):
             new_ops += before.get((si, oi), [])
+            if (si, oi) in copy_out and isinstance(op, Compute):
+                op = dataclasses.replace(op, hbm_bytes=op.hbm_bytes + copy_out[(si, oi)], kernels=op.kernels + 1)
             new_ops.append(op)
             new_ops += after.get((si, oi), [])
         step.ops = new_ops
