@@ -4,6 +4,7 @@ shipped profiles against the measurements they cite."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -239,3 +240,17 @@ def test_h100_stream_k_relieves_the_tp_chunk_shape_of_the_issue() -> None:
     assert dp_tflops == pytest.approx(sustained_tensor_flops(gpu, "bf16") / 1e12 * 144 / 264, rel=0.02)
     assert 1.6 < sk_tflops / dp_tflops < 264 / 144
     assert sk_tflops < sustained_tensor_flops(gpu, "bf16") / 1e12
+
+
+def test_a_profile_with_a_bad_stream_k_is_refused_naming_the_field(tmp_path: Path) -> None:
+    """``stream_k`` must be a boolean, and only with a tile; the error names the field."""
+    text = (Path(__file__).parents[2] / "hardware_profiles" / "gpus" / "h100-sxm.toml").read_text()
+    assert "stream_k = true" in text
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text.replace("stream_k = true", 'stream_k = "yes"'))
+    with pytest.raises(SimgridError, match="stream_k"):
+        load_gpu(str(bad))
+    untiled = tmp_path / "untiled.toml"
+    untiled.write_text(text.replace("tile_m = 128\n", "").replace("tile_n = 256\n", ""))
+    with pytest.raises(SimgridError, match="stream_k"):
+        load_gpu(str(untiled))
