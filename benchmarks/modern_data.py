@@ -105,6 +105,10 @@ class DevRow:
     """Megatron sequence parallelism (or torchtitan's sequence-parallel norms) with tp > 1."""
     tp_comm_overlap: bool = False
     """Megatron-Core ``--tp-comm-overlap`` (Transformer Engine's chunked TP overlap; Layout.tp_comm_overlap)."""
+    overlap_param_gather: bool = False
+    """Megatron-Core ``--overlap-param-gather`` (ZeRO-1 parameter gathers in the next step's forward;
+    Layout.overlap_param_gather). Rows with ``zero_impl = "megatron"`` also take Megatron-Core's gradient
+    buckets (``Layout.bucket_policy = "megatron"``)."""
     flash_attention: bool = True
     """Fused attention (FlashAttention / cuDNN / SDPA flash backend)."""
     attention_kernel: str = "auto"
@@ -228,6 +232,7 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
         id=f"megatron-h100-{size}", source=MEGATRON_README, gpu="H100", cluster="dgx-h100-ndr",
         model=f"megatron-h100-{size}", seq_length=4096, dp=48, tp=tp, pp=pp, zero=1, zero_impl="megatron",
         micro_batch=1, global_batch=gbs, sequence_parallel=tp > 1, tp_comm_overlap=tp > 1,
+        overlap_param_gather=True,
         metric="model_tflops_per_gpu",
         published=tflops, published_text=f"{tflops} per-GPU teraFLOP/s",
         conversion="tokens/s/GPU = TFLOP/s * 1e12 * GPUs * s * B / Megatron-Core r0.8.0 FLOPs of one step "

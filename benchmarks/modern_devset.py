@@ -54,12 +54,16 @@ def dev_layout(row: DevRow) -> Layout:
     if row.zero == 3 and row.zero_impl is not None and "zero_impl" in {f.name for f in dataclasses.fields(Layout)}:
         kwargs["zero_impl"] = row.zero_impl
         kwargs["reduce_dtype"] = row.reduce_dtype
+    if row.overlap_param_gather:
+        kwargs["overlap_param_gather"] = True
     layout = Layout(dp=row.dp, tp=row.tp, pp=row.pp, cp=row.cp, vpp=row.vpp, zero=row.zero,
                     micro_batch_size=row.micro_batch, global_batch_size=row.global_batch, schedule=schedule,
                     recompute=row.recompute, sequence_parallel=row.sequence_parallel,
                     tp_comm_overlap=row.tp_comm_overlap,
                     flash_attention=row.flash_attention, attention_kernel=row.attention_kernel,  # type: ignore[arg-type]
                     kernel_fusion=row.kernel_fusion, precision=row.precision, **kwargs)  # type: ignore[arg-type]
+    if row.zero_impl == "megatron":  # Megatron-Core's buckets (Layout.bucket_policy)
+        layout = dataclasses.replace(layout, bucket_policy="megatron")
     check_layout(dev_model(row), layout)
     return layout
 
@@ -90,6 +94,8 @@ def layout_text(layout: Layout) -> str:
         parts.append("sp")
     if layout.tp_comm_overlap:
         parts.append("tp-overlap")
+    if layout.overlap_param_gather:
+        parts.append("pg-overlap")
     if layout.flash_attention:
         parts.append("fa")
     return " ".join(parts)

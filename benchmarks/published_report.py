@@ -451,15 +451,17 @@ def discussion(v: Validation) -> list[str]:
 
 _DEV_GROUPS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
     ("Megatron-Core H100, tp 1", lambda r: r.row.startswith("megatron-h100") and " tp" not in r.layout,
-     "the cleanest H100 rows (no unmodelled feature): what stays optimistic here is compute the model does "
-     "not see (GEMM kernels below the best-shape efficiency for these shapes, launch gaps at micro-batch 1)"),
+     "the cleanest H100 rows (no unmodelled feature; Megatron-Core's gradient buckets and --overlap-param-gather "
+     "modelled, Layout.bucket_policy / overlap_param_gather): what stays optimistic here is compute the model "
+     "does not see (GEMM kernels below the best-shape efficiency for these shapes, launch gaps at micro-batch 1)"),
     ("Megatron-Core H100, tp > 1", lambda r: r.row.startswith("megatron-h100") and " tp" in r.layout,
      "simulated with --tp-comm-overlap (Transformer Engine's chunked overlap, Layout.tp_comm_overlap), which "
-     "hides most of the tensor-parallel time; still pessimistic: the ZeRO-1 gradient reduce-scatter and "
-     "parameter all-gather stay largely exposed at 4 micro-batches per data-parallel rank. The GEMM chunks "
-     "(tokens / tp rows for the ring exchange, tokens / 4 for the pipelined reduce-scatter) quantise badly on "
-     "128 x 256 tiles (512 x 9216 x 18432: 144 tiles on 132 SMs, two waves); stream-K on the H100 profile "
-     "prices them at about 1.1 waves instead"),
+     "hides most of the tensor-parallel time; still pessimistic: the ZeRO-1 gradient reduce-scatter stays "
+     "partly exposed: with 4 micro-batches per data-parallel rank only the last one's backward can hide it (the "
+     "parameter all-gather runs beside the next step's first forward, --overlap-param-gather, Megatron-Core's "
+     "buckets). The GEMM chunks (tokens / tp rows for the ring exchange, tokens / 4 for the pipelined "
+     "reduce-scatter) quantise badly on 128 x 256 tiles (512 x 9216 x 18432: 144 tiles on 132 SMs, two waves); "
+     "stream-K on the H100 profile prices them at about 1.1 waves instead"),
     ("torchtitan H100", lambda r: r.row.startswith("titan-") and not r.row.startswith("titan-a100"),
      "simulated on the Grand Teton profile (96 GB HBM2e at 2.4 TB/s, 500 W), with per-op selective "
      "checkpointing (recompute 'selective-op') and FSDP2's fp32 gradient reduce-scatter; the 500 W sustained "

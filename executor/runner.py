@@ -106,6 +106,12 @@ def validate_or_raise(program: Program) -> None:
             "implemented; the executor runs each tensor-parallel collective whole: build the program without "
             "--tp-comm-overlap"
         )
+    if program.layout.overlap_param_gather:
+        raise LayoutError(
+            "executor: overlap_param_gather = true (ZeRO-1 parameter all-gather deferred to the next step's "
+            "forward) is not implemented; the executor runs one step and gathers the updated parameters after "
+            "its optimizer step: build the program without --overlap-param-gather"
+        )
 
 
 def check_recompute_supported(layout: Layout) -> None:

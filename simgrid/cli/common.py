@@ -155,6 +155,10 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
                        help="Megatron-Core --tp-comm-overlap: Transformer Engine overlaps the sequence-parallel "
                             "all-gathers / reduce-scatters with their GEMMs in chunks (needs tp > 1 and "
                             "--sequence-parallel)")
+        g.add_argument("--overlap-param-gather", action="store_true",
+                       help="Megatron-Core --overlap-param-gather: ZeRO-1 all-gathers the updated parameters bucket "
+                            "by bucket during the next step's forward instead of after the optimizer step "
+                            "(needs --zero 1)")
     g.add_argument("--attention-kernel", choices=("auto", "fa2", "fa3"), default="auto",
                    help="fused-attention kernel priced with --flash-attention: fa2, fa3 or auto (the GPU's default)")
     g.add_argument("--kernel-fusion", choices=("fused", "eager", "eager-fused-norm"), default="fused",
@@ -175,6 +179,9 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
         help="sync gradients after the last backward instead of overlapping it (Megatron-LM 2021)",
     )
     g.add_argument("--bucket-mb", type=positive_number, default=25.0, help="gradient bucket size in MB (default 25)")
+    g.add_argument("--bucket-policy", choices=("ddp", "megatron"), default="ddp",
+                   help="gradient buckets: ddp (--bucket-mb on every stage; default) or megatron (Megatron-Core: "
+                        "max(40M, 1M x dp) parameters on the first pipeline rank, one bucket per chunk elsewhere)")
     g.add_argument("--zero-impl", default="deepspeed", metavar="{deepspeed,fsdp2}",
                    help="how ZeRO-3 gathers and reduces: DeepSpeed ZeRO stage 3 (per module, its default "
                         "prefetch, reuse and bucket sizes; default) or PyTorch FSDP2 (per layer)")
@@ -187,6 +194,7 @@ def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The layout fields a search keeps as given (optimizer, precision, offload, gradient sync)."""
     return {"optimizer": args.optimizer, "precision": args.precision, "offload_optimizer": args.offload,
             "dp_mode": args.dp_mode, "bucket_size_MB": args.bucket_mb,
+            "bucket_policy": getattr(args, "bucket_policy", "ddp"),
             "overlap_grad_reduce": getattr(args, "overlap_grad_reduce", True),
             "attention_kernel": getattr(args, "attention_kernel", "auto"),
             "kernel_fusion": getattr(args, "kernel_fusion", "fused")}
@@ -325,9 +333,11 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         flash_attention=args.flash_attention, attention_kernel=getattr(args, "attention_kernel", "auto"),
         kernel_fusion=getattr(args, "kernel_fusion", "fused"), precision=args.precision, optimizer=args.optimizer,
         offload_optimizer=args.offload, dp_mode=args.dp_mode, bucket_size_MB=args.bucket_mb,
+        bucket_policy=getattr(args, "bucket_policy", "ddp"),
         overlap_grad_reduce=getattr(args, "overlap_grad_reduce", True),
         zero_impl=getattr(args, "zero_impl", "deepspeed"), reduce_dtype=getattr(args, "reduce_dtype", "param"),
         tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
+        overlap_param_gather=getattr(args, "overlap_param_gather", False),
     )
     if order is None:
         return Layout(**fields)

@@ -47,6 +47,8 @@ def describe_layout(lay: Layout) -> str:
         parts.append("SP")
     if lay.tp_comm_overlap:
         parts.append("TP comm overlap")
+    if lay.overlap_param_gather:
+        parts.append("param gather overlap")
     if lay.flash_attention:
         parts.append("flash attention")
     return ", ".join(parts)

@@ -26,6 +26,7 @@ AttentionKernel = Literal["auto", "fa2", "fa3"]
 KernelFusion = Literal["fused", "eager", "eager-fused-norm"]
 ZeroImpl = Literal["deepspeed", "fsdp2"]
 ReduceDtype = Literal["param", "fp32"]
+BucketPolicy = Literal["ddp", "megatron"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
@@ -36,6 +37,7 @@ ATTENTION_KERNEL_CHOICES: tuple[str, ...] = get_args(AttentionKernel)
 KERNEL_FUSIONS: tuple[str, ...] = get_args(KernelFusion)
 ZERO_IMPLS: tuple[str, ...] = get_args(ZeroImpl)
 REDUCE_DTYPES: tuple[str, ...] = get_args(ReduceDtype)
+BUCKET_POLICIES: tuple[str, ...] = get_args(BucketPolicy)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need
 #: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
@@ -104,6 +106,11 @@ class Layout:
     """Gradient sync: bucketed all-reduce (DDP) or parameter server (reduce, update on rank 0, broadcast)."""
     bucket_size_MB: float = 25.0
     """Gradient bucket size for overlapped data-parallel sync (PyTorch DDP default 25 MB)."""
+    bucket_policy: BucketPolicy = "ddp"
+    """How gradients are bucketed (:func:`simgrid.schedules.buckets.grad_buckets`): ``ddp`` closes buckets at
+    ``bucket_size_MB`` on every stage (PyTorch DDP); ``megatron`` follows Megatron-Core's
+    DistributedDataParallel (core_r0.8.0): ``max(40e6, 1e6 * dp)`` parameters per bucket on the first
+    pipeline rank's first model chunk, one bucket per model chunk elsewhere (``bucket_size_MB`` unused)."""
     zero3_prefetch_depth: int = 1
     """FSDP2: gather units (layers) whose parameters ZeRO-3 gathers ahead of use (FSDP2's implicit forward
     and default backward prefetch is 1). DeepSpeed prefetches by its bucket size instead."""
@@ -119,6 +126,11 @@ class Layout:
     overlap_grad_reduce: bool = True
     """Overlap the data-parallel gradient sync with the backward, bucket by bucket (PyTorch DDP); False
     syncs every bucket after the last backward (Megatron-LM 2021's ``--DDP-impl local``)."""
+    overlap_param_gather: bool = False
+    """Megatron-Core ``--overlap-param-gather`` (distributed optimizer, ZeRO-1): the updated parameters are
+    all-gathered bucket by bucket in the *next* step's forward, each bucket waited for just before the first
+    forward op that uses it (:mod:`simgrid.schedules.lower.param_gather`); False gathers every bucket after
+    the optimizer step. Needs zero = 1 and overlap_grad_reduce (Megatron-LM's argument check)."""
     tp_comm_overlap: bool = False
     """Megatron-Core ``--tp-comm-overlap``: Transformer Engine's userbuffers run the sequence-parallel
     all-gathers and reduce-scatters of the transformer layers in chunks beside their GEMMs
@@ -143,8 +155,9 @@ class Layout:
         _choice("kernel_fusion", self.kernel_fusion, KERNEL_FUSIONS)
         _choice("zero_impl", self.zero_impl, ZERO_IMPLS)
         _choice("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
+        _choice("bucket_policy", self.bucket_policy, BUCKET_POLICIES)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
-                     "tp_comm_overlap"):
+                     "tp_comm_overlap", "overlap_param_gather"):
             if not isinstance(getattr(self, flag), bool):
                 raise LayoutError(f"layout: {flag} = {getattr(self, flag)!r} must be true or false")
         if isinstance(self.bucket_size_MB, bool) or not isinstance(self.bucket_size_MB, int | float):
@@ -271,6 +284,14 @@ class Layout:
                 f"layout: tp_comm_overlap overlaps the sequence-parallel all-gathers and reduce-scatters with their "
                 f"GEMMs and needs tp > 1 with sequence parallelism (tp = {self.tp}, sequence_parallel = "
                 f"{self.sequence_parallel}); set both, or turn tp_comm_overlap off"
+            )
+        if self.overlap_param_gather and (self.zero != 1 or not self.overlap_grad_reduce):
+            # Megatron-LM arguments.py (core_r0.8.0): --overlap-param-gather asserts the distributed optimizer
+            # and --overlap-grad-reduce.
+            raise LayoutError(
+                f"layout: overlap_param_gather is the distributed optimizer's (ZeRO-1) deferred parameter "
+                f"all-gather and needs zero = 1 with overlap_grad_reduce (zero = {self.zero}, overlap_grad_reduce "
+                f"= {self.overlap_grad_reduce}); set both, or turn overlap_param_gather off"
             )
         if self.zero >= 2 and self.pp > 1:
             raise LayoutError(

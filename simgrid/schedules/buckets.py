@@ -6,7 +6,8 @@ all-reduce as soon as all its gradients are ready (Li et al., "PyTorch Distribut
 section 3.2.3). We bucket whole sub-blocks: walking a stage's blocks from last to first, a bucket is
 closed as soon as it holds at least ``layout.bucket_size_MB`` MiB of gradients (DDP's ``bucket_cap_mb``
 is in MiB, ``bucket_cap_mb * 1024 * 1024``; the memory model sizes its buckets the same way), and the
-remainder forms the last bucket. The executor calls :func:`grad_buckets` too, so both agree on what a bucket holds.
+remainder forms the last bucket. With ``layout.bucket_policy = "megatron"`` the cap is Megatron-Core's
+instead (:func:`bucket_cap_bytes`). The executor calls :func:`grad_buckets` too, so both agree on what a bucket holds.
 """
 
 from __future__ import annotations
@@ -46,14 +47,40 @@ def block_grad_bytes(model: ModelSpec, layout: Layout, block: int, *, experts: b
     return int(model_states_for_params(count, unsharded).grads_bytes)
 
 
+MEGATRON_MIN_BUCKET_PARAMS = 40_000_000
+"""Megatron-Core's smallest default bucket, parameters (``DistributedDataParallel.__init__``, core_r0.8.0)."""
+MEGATRON_BUCKET_PARAMS_PER_DP_RANK = 1_000_000
+"""Megatron-Core's default bucket grows by this many parameters per data-parallel rank, so that each rank's
+ring chunk stays bandwidth-bound at large dp (same source)."""
+
+
+def bucket_cap_bytes(model: ModelSpec, layout: Layout, stage: int) -> float:
+    """Gradient bytes at which a bucket of global ``stage`` closes (``inf``: one bucket for the stage).
+
+    ``megatron``: ``max(40e6, 1e6 * dp)`` parameters (Megatron-Core counts parameters, so the cap is that many
+    parameters' gradient bytes), and no bucketing on pipeline ranks > 0 (``DistributedDataParallel.__init__``:
+    their communication is off the critical path) nor for model chunks after the first (megatron/training/
+    training.py ``get_model``: ``disable_bucketing=(model_chunk_idx > 0)``), both core_r0.8.0.
+    """
+    from simgrid.memory.buffers import BYTES_PER_BUCKET_MB
+    from simgrid.memory.states import state_bytes_per_param
+    from simgrid.schedules.pipeline import stage_chunk, stage_to_rank
+
+    if layout.bucket_policy != "megatron":
+        return layout.bucket_size_MB * BYTES_PER_BUCKET_MB
+    if stage_to_rank(stage, layout.pp, layout.vpp, str(layout.schedule)) > 0 or stage_chunk(stage, layout.pp) > 0:
+        return float("inf")
+    params = max(MEGATRON_MIN_BUCKET_PARAMS, MEGATRON_BUCKET_PARAMS_PER_DP_RANK * layout.dp)
+    return float(params * state_bytes_per_param(layout).grads)
+
+
 def grad_buckets(model: ModelSpec, layout: Layout, stage: int, *, experts: bool = False) -> list[Bucket]:
     """Buckets of global pipeline ``stage``: its blocks in reverse order, closed at the bucket size. With
     ``experts`` the buckets of the routed experts' gradients (MoE sub-blocks only; synced over the expert
     data-parallel group, labelled ``ebucket``), otherwise of every other gradient."""
-    from simgrid.memory.buffers import BYTES_PER_BUCKET_MB
     from simgrid.model import stage_blocks
 
-    cap = layout.bucket_size_MB * BYTES_PER_BUCKET_MB
+    cap = bucket_cap_bytes(model, layout, stage)
     buckets: list[Bucket] = []
     current: list[int] = []
     size = 0
@@ -69,3 +96,4 @@ def grad_buckets(model: ModelSpec, layout: Layout, stage: int, *, experts: bool 
     if current:
         buckets.append(Bucket(index=len(buckets), blocks=tuple(current), bytes=size))
     return buckets
+

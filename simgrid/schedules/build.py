@@ -49,6 +49,7 @@ from simgrid.schedules.lower.optimizer import (
     embed_sync_ranks,
 )
 from simgrid.schedules.lower.p2p import add_pipeline_p2p
+from simgrid.schedules.lower.param_gather import add_overlapped_param_gather
 from simgrid.schedules.lower.tensor_parallel import add_context_parallel, add_tensor_parallel
 from simgrid.schedules.lower.tp_overlap import add_overlapped_tensor_parallel
 from simgrid.schedules.lower.zero3 import add_zero3
@@ -68,6 +69,7 @@ def build_roles(ctx: LoweringContext) -> list[Role]:
         role = add_overlapped_grad_sync(ctx, role, pp_rank)
         role = add_zero2_grad_sync(ctx, role, pp_rank)
         role = add_expert_grad_sync(ctx, role, pp_rank)
+        role = add_overlapped_param_gather(ctx, role, pp_rank)
         if ctx.layout.tp_comm_overlap:
             # The overlap splits compute ops into GEMM chunks: the passes that wrap whole compute ops go first.
             role = add_context_parallel(ctx, role, pp_rank)

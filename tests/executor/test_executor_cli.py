@@ -129,3 +129,11 @@ def test_run_with_tp_comm_overlap_is_refused_before_launch(capsys: pytest.Captur
     err = capsys.readouterr().err
     assert "executor: tp_comm_overlap = true" in err and "without --tp-comm-overlap" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_run_with_overlap_param_gather_is_refused_before_launch(capsys: pytest.CaptureFixture[str]) -> None:
+    """--overlap-param-gather (ZeRO-1 gathers deferred to the next step) is simulator-only: exit 2, one line."""
+    assert main(["run", "--dp", "2", "--zero", "1", "--overlap-param-gather"]) == 2
+    err = capsys.readouterr().err
+    assert "executor: overlap_param_gather = true" in err and "without --overlap-param-gather" in err
+    assert len(err.strip().splitlines()) == 1

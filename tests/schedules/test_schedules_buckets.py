@@ -49,3 +49,31 @@ def test_zero2_buckets_hold_unsharded_gradients() -> None:
     plain = grad_buckets(TINY, Layout(dp=4), 0)
     zero2 = grad_buckets(TINY, Layout(dp=4, zero=2), 0)
     assert [b.bytes for b in plain] == [b.bytes for b in zero2]
+
+
+def test_megatron_policy_caps_buckets_at_megatron_core_parameter_count() -> None:
+    """Megatron-Core's default bucket, max(40e6, 1e6 * dp) parameters (core_r0.8.0), as gradient bytes on the
+    first pipeline rank: 40e6 parameters up to dp 40, 1e6 more per rank beyond; bf16 grads = 2 bytes."""
+    from simgrid.schedules.buckets import bucket_cap_bytes
+
+    assert bucket_cap_bytes(TINY, Layout(dp=8, bucket_policy="megatron"), 0) == 40_000_000 * 2
+    assert bucket_cap_bytes(TINY, Layout(dp=48, bucket_policy="megatron"), 0) == 48_000_000 * 2
+    assert bucket_cap_bytes(TINY, Layout(dp=48, bucket_size_MB=3.0), 0) == 3.0 * MIB  # ddp: bucket_size_MB
+    model = get_model("llama2-7b")
+    layout = Layout(dp=48, bucket_policy="megatron")
+    buckets = grad_buckets(model, layout, 0)
+    assert len(buckets) > 1
+    assert all(b.bytes >= 48_000_000 * 2 for b in buckets[:-1])  # each closed bucket reached the cap
+    assert sum(b.bytes for b in buckets) == sum(
+        block_params_on_rank(model, layout, blk) * 2 for b in buckets for blk in b.blocks)
+
+
+def test_megatron_policy_does_not_bucket_later_pipeline_ranks_or_chunks() -> None:
+    """Megatron-Core turns bucketing off on pipeline ranks > 0 and for model chunks after the first: one
+    bucket holding the whole stage there, while the first rank's first chunk is bucketed."""
+    model = get_model("llama2-7b")
+    layout = Layout(dp=48, pp=2, vpp=2, schedule="interleaved-1f1b", global_batch_size=96,
+                    bucket_policy="megatron")
+    assert len(grad_buckets(model, layout, 0)) > 1  # rank 0, chunk 0
+    for stage in (1, 2, 3):  # rank 1 chunk 0, rank 0 chunk 1, rank 1 chunk 1
+        assert len(grad_buckets(model, layout, stage)) == 1

@@ -16,7 +16,8 @@ Step end, in this order (Megatron-LM ``finalize_model_grads`` then ``optimizer.s
 3. the optimizer step, one OPT op per local stage over the parameters this rank updates (its ZeRO shard);
    with offload (Ren et al. 2021, ZeRO-Offload, section 4): TRANSFER d2h of the gradients, OPT on the
    host CPU, TRANSFER h2d of the updated working weights, each waited;
-4. ZeRO-1/2: ALL_GATHER of the updated parameters per bucket; parameter server: BROADCAST of them per
+4. ZeRO-1/2: ALL_GATHER of the updated parameters per bucket (none with ``overlap_param_gather``: the
+   next step's forward gathers them, :mod:`~.param_gather`); parameter server: BROADCAST of them per
    bucket from the server; then their WAITs;
 5. FREE of the model states.
 """
@@ -30,6 +31,7 @@ from simgrid.layout.mesh import Mesh
 from simgrid.layout.spec import Layout
 from simgrid.schedules.lower.context import LoweringContext, Role
 from simgrid.schedules.lower.moe import expert_param_sync
+from simgrid.schedules.lower.param_gather import gathers_overlapped
 from simgrid.schedules.lower.tensor_parallel import sp_grad_sync
 
 OPTIMIZER_FLOPS_PER_PARAM: dict[str, int] = {
@@ -177,6 +179,8 @@ def _optimizer_ops(ctx: LoweringContext, pp_rank: int) -> list[Op]:
 def _param_sync(ctx: LoweringContext, pp_rank: int) -> list[Op]:
     lay = ctx.layout
     if lay.grad_sync_size == 1 or lay.zero == 3 or (lay.zero == 0 and lay.dp_mode != "parameter-server"):
+        return []
+    if gathers_overlapped(ctx):  # deferred to the next step's forward (simgrid.schedules.lower.param_gather)
         return []
     group = Mesh.dp_group_name(ctx.coord(pp_rank))
     issues: list[Op] = []
