@@ -254,3 +254,20 @@ def test_a_profile_with_a_bad_stream_k_is_refused_naming_the_field(tmp_path: Pat
     untiled.write_text(text.replace("tile_m = 128\n", "").replace("tile_n = 256\n", ""))
     with pytest.raises(SimgridError, match="stream_k"):
         load_gpu(str(untiled))
+
+
+@pytest.mark.parametrize("gpu_name", ["a100-80gb-sxm", "h100-sxm", "h200-sxm", "h100-sxm-96gb-500w", "b200"])
+def test_no_gemm_beats_its_roofline(gpu_name: str) -> None:
+    """Over 300 seeded shapes (skinny to large, round and odd), with every candidate tile, split-K and
+    stream-K in play: a GEMM never runs faster than its FLOPs at the dtype's dense peak, nor than moving A,
+    B and C once at the datasheet HBM bandwidth."""
+    import random
+
+    gpu = load_gpu(gpu_name)
+    rng = random.Random(12)
+    for _ in range(300):
+        m, n, k = (rng.choice((rng.randint(1, 512), rng.randint(1, 64) * 128, rng.randint(1, 40000)))
+                   for _ in range(3))
+        t = gemm_shape_time_s(m, n, k, gpu, dtype="bf16")
+        assert t >= 2 * m * n * k / (gpu.peak_flops("bf16")) * (1 - 1e-12)
+        assert t >= ((m * k + k * n) * 2 + m * n * 2) / (gpu.hbm_bandwidth_GBps * 1e9) * (1 - 1e-12)
