@@ -301,9 +301,10 @@ KNOWN_LIMITATIONS = """\
 - Megatron-Core's --tp-comm-overlap is modelled as overlap (Layout.tp_comm_overlap, docs/design.md,
   "Tensor-parallel communication overlap"): its GEMMs run in chunks beside ring-exchange, pipelined and bulk
   collectives, each chunk priced at its own shape, so the wave quantization of small chunks is charged.
-- Not modelled, and visible in the misses: stream-K GEMM kernels that soften wave quantization on Hopper
-  (split-K is modelled; the TE chunks above feel this most), GEMM kernels below the best-shape efficiency
-  that cuBLAS's heuristics pick for some shapes, and FSDP2's copy-in on its side stream (its copy-out on the
+- Each GEMM takes the best of cuBLAS's tile sizes (a smaller tile's rate scaled by its operand reuse),
+  split-K, and on Hopper stream-K (docs/design.md, "GEMM tile choice and stream-K"). Not modelled, and
+  visible in the misses: GEMM kernels below the best-shape efficiency that cuBLAS's heuristics pick for
+  some shapes, and FSDP2's copy-in on its side stream (its copy-out on the
   compute stream is priced). torchtitan's per-op
   selective checkpointing is modelled (recompute 'selective-op'), and the torchtitan H100 rows run on their
   own 500 W, 2.4 TB/s profile (h100-sxm-96gb-500w), whose 500 W sustained clock is interpolated from
@@ -455,13 +456,13 @@ _DEV_GROUPS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
      "does not see (GEMM kernels below the best-shape efficiency for these shapes, launch gaps at micro-batch 1)"),
     ("Megatron-Core H100, tp > 1", lambda r: r.row.startswith("megatron-h100") and " tp" in r.layout,
      "simulated with --tp-comm-overlap (Transformer Engine's chunked overlap, Layout.tp_comm_overlap), which "
-     "hides most of the tensor-parallel time; still pessimistic: the GEMM chunks (tokens / tp rows for the "
-     "ring exchange, tokens / 4 for the pipelined reduce-scatter) are priced by the single-tile (128 x 256) "
-     "wave model, which charges some chunk shapes up to ~1.8x their share of the whole GEMM (e.g. 512 x 9216 x "
-     "18432: 144 tiles on 132 SMs, two waves), and the ZeRO-1 gradient reduce-scatter (fp32 gradients, Megatron's "
-     "bf16 default: 4 bytes each) stays partly exposed: "
-     "with 4 micro-batches per data-parallel rank only the last one's backward can hide it (the parameter "
-     "all-gather runs beside the next step's first forward, --overlap-param-gather, Megatron-Core's buckets)"),
+     "hides most of the tensor-parallel time; still pessimistic: the ZeRO-1 gradient reduce-scatter (fp32 "
+     "gradients, Megatron's bf16 default: 4 bytes each) stays "
+     "partly exposed: with 4 micro-batches per data-parallel rank only the last one's backward can hide it (the "
+     "parameter all-gather runs beside the next step's first forward, --overlap-param-gather, Megatron-Core's "
+     "buckets). The GEMM chunks (tokens / tp rows for the ring exchange, tokens / 4 for the pipelined "
+     "reduce-scatter) quantise badly on 128 x 256 tiles (512 x 9216 x 18432: 144 tiles on 132 SMs, two waves); "
+     "stream-K on the H100 profile prices them at about 1.1 waves instead"),
     ("torchtitan H100", lambda r: r.row.startswith("titan-") and not r.row.startswith("titan-a100"),
      "simulated on the Grand Teton profile (96 GB HBM2e at 2.4 TB/s, 500 W), with per-op selective "
      "checkpointing (recompute 'selective-op') and FSDP2's fp32 gradient reduce-scatter; the 500 W sustained "

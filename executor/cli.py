@@ -284,8 +284,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     spec, fit = calibrate(model, world_size=args.ranks, out=args.out)
     measured = spec.measured
     assert measured is not None
-    print(f"wrote {args.out}: compute {fit.peak_flops / 1e9:.2f} GFLOP/s, {fit.bandwidth_Bps / 1e9:.2f} GB/s, "
-          f"{fit.overhead_s * 1e6:.1f} us/kernel (fit over {fit.samples} ops, mean error {fit.mean_abs_error:.0%}); "
+    print(f"wrote {args.out}: compute {fit.describe()}; "
           f"{len(measured.collectives)} collective and {len(measured.p2p)} send/recv measurements, "
           f"{len(measured.compute)} in-situ op rows, compute slowdown under communication "
           f"{spec.node.gpu.comm_compute_slowdown:.0%}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import os
 import statistics
 from collections.abc import Sequence
@@ -53,6 +54,14 @@ class ComputeFit:
     host); above :data:`HOST_DRIFT_WARNING` the calibration is suspect."""
     generation_summary: str = ""
     """One line on generation's in-situ rows (:mod:`executor.gencal`), or '' when generation was not timed."""
+
+    def describe(self) -> str:
+        """The fit in one line. A term the least-squares fit dropped (its coefficient would be negative or
+        it does not lower the residual) is named as dropped rather than printed as an infinite rate."""
+        rate = f"{self.peak_flops / 1e9:.2f} GFLOP/s" if math.isfinite(self.peak_flops) else "no FLOP term"
+        bw = f"{self.bandwidth_Bps / 1e9:.2f} GB/s" if math.isfinite(self.bandwidth_Bps) else "no byte term"
+        return (f"{rate}, {bw}, {self.overhead_s * 1e6:.1f} us per op "
+                f"(fit over {self.samples} ops, mean error {self.mean_abs_error:.0%})")
 
     @property
     def host_was_steady(self) -> bool:

@@ -71,8 +71,7 @@ if HAVE_TORCH:
     profile_path = write_profile(build_profile(name="localhost-quick", world_size=2, comm=comm, fit=fit),
                                  Path("localhost-quick.toml").resolve())
     print(f"calibrated and measured in {time.perf_counter() - t0:.1f} s; profile: {profile_path}")
-    print(f"fitted compute model: {fit.peak_flops / 1e9:.1f} GFLOP/s, {fit.bandwidth_Bps / 1e9:.2f} GB/s, "
-          f"{fit.overhead_s * 1e6:.0f} us per op ({fit.samples} samples, mean error {fit.mean_abs_error:.0%})")
+    print(f"fitted compute model: {fit.describe()}")
 
 # %% [markdown]
 # ## Predict the pipeline run

@@ -20,6 +20,17 @@ than reading A and B and writing C once at ``B`` (the roofline's memory ceiling)
 than SMs may instead split its inner dimension over more thread blocks (split-K, as CUTLASS's and cuBLAS's
 split-K kernels do), paying an fp32 partial tile per slice and a reduction; the cheaper way is taken.
 
+The library picks its kernel per shape among several tiles (256x128, 128x256, 128x128, 256x64, 64x256, 128x64,
+64x128, 64x64: DU-09799-001 section 3; cuBLASLt's ``cublasLtMatmulTile_t``), so a shape the profile's tile
+quantises badly may run faster on smaller tiles. A smaller tile reuses each operand element it loads over
+fewer FLOPs (``2ab / (a + b)`` per element), which is why the guide ranks it less efficient; its main loop is
+priced at the profile tile's rate times that reuse ratio (the largest penalty consistent with the large tile
+being the preferred one: nothing fitted), and the time is the minimum over the candidates: what a good
+heuristic achieves; cuBLAS's own heuristic is not always optimal. On a GPU whose profile says
+``matmul.stream_k`` (Hopper: CUTLASS's sm90 stream-K scheduler) the K steps of all tiles may instead be shared
+evenly by one persistent CTA per SM (stream-K, Osama et al., PPoPP 2023), so a partial last wave costs its
+share of work plus an fp32 partial-tile fixup rather than a whole wave.
+
 A profile without a tile (``matmul.tile_m = 0``) or without ``sm_count`` keeps the legacy rule:
 ``flops / (peak * efficiency(min(m, n, k)))``.
 """
@@ -76,6 +87,8 @@ class _TileModel(NamedTuple):
     tile_n: int
     d_in: int
     d_out: int
+    stream_k: bool = False
+    """Whether the library has stream-K kernels for this GPU."""
 
 
 def gemm_shape_time_s(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str, count: int = 1) -> float:
@@ -89,7 +102,8 @@ def gemm_shape_time_s(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str, count
         return flops / (gpu.peak_flops(dtype) * gpu.matmul.efficiency(m, n, k) * gpu.sustained_clock_fraction)
     assert gpu.sm_count is not None  # uses_tile_model checked it
     model = _TileModel(sustained_tensor_flops(gpu, dtype), hbm_bytes_per_s(gpu), gpu.peak_flops(dtype), gpu.sm_count,
-                       gpu.matmul.tile_m, gpu.matmul.tile_n, DTYPE_BYTES.get(dtype, 2), output_bytes(dtype))
+                       gpu.matmul.tile_m, gpu.matmul.tile_n, DTYPE_BYTES.get(dtype, 2), output_bytes(dtype),
+                       gpu.matmul.stream_k)
     return count * _tile_time(m, n, k, model)
 
 
@@ -115,12 +129,52 @@ MIN_SPLIT_K = 256
 """Shortest slice of the inner dimension a split-K GEMM gives one thread block."""
 PARTIAL_BYTES = 4
 """A split-K slice writes its partial tile in fp32 for the reduction."""
+MIN_CANDIDATE_SIDE = 64
+"""Smallest side of the smaller training tiles cuBLAS chooses among (the guide's list ends at 64 x 64)."""
+STREAM_K_BLOCK_K = 64
+"""Inner-dimension step of one stream-K work unit: the K extent of a Hopper bf16 CTA tile (CUTLASS's sm90
+kernels use 64 for 16-bit operands: 128 bytes, one TMA swizzle row)."""
+
+
+def _reuse(a: int, b: int) -> float:
+    """FLOPs per operand element an ``a x b`` tile's main loop gets from each element it loads: each K step
+    loads ``(a + b)`` elements of A and B for ``2 a b`` FLOPs (the arithmetic intensity of the tile against
+    shared memory / L2, up to the operand width)."""
+    return 2.0 * a * b / (a + b)
+
+
+def _candidates(tile_m: int, tile_n: int, m: int, n: int) -> tuple[tuple[int, int], ...]:
+    """Output tiles the library chooses among for an ``m x n`` output: the profile's (most efficient) tile in
+    both orientations and every tile whose sides are powers of two from its long side down to 64 and whose
+    area is no larger (256x128, 128x256, 256x64, 64x256, 128x128, 128x64, 64x128, 64x64 for a 256x128
+    profile: the cuBLAS tile list of DU-09799-001 section 3 and cuBLASLt's ``cublasLtMatmulTile_t``; CUTLASS
+    instantiates the same CTA shapes). Each side is then narrowed for a short dimension (:func:`_side`)."""
+    long_side = max(tile_m, tile_n)
+    sides = [long_side]
+    while sides[-1] // 2 >= MIN_CANDIDATE_SIDE:
+        sides.append(sides[-1] // 2)
+    out: list[tuple[int, int]] = []
+    for a in sides:
+        for b in sides:
+            if a * b <= tile_m * tile_n:
+                pair = (_side(a, m), _side(b, n))
+                if pair not in out:
+                    out.append(pair)
+    return tuple(out)
 
 
 @lru_cache(maxsize=65536)
 def _tile_time(m: int, n: int, k: int, g: _TileModel) -> float:
+    # Efficiency by data reuse: the profile's tile reaches the measured main-loop rate ``g.rate``; the guide
+    # (DU-09799-001 section 3) ranks smaller tiles as less efficient because they reuse each loaded operand
+    # over fewer FLOPs. We take the profile's tile to sit at the operand-feed limit (were it not, a smaller
+    # tile would be as fast and the library would not prefer the large one), so a smaller tile's main loop
+    # runs at ``g.rate`` x its reuse over the reference tile's (narrowed to the same short dimensions), at
+    # most ``g.rate``. This is an upper bound on the penalty: no constant is fitted.
+    ref = max(_reuse(_side(g.tile_m, m), _side(g.tile_n, n)), _reuse(_side(g.tile_n, m), _side(g.tile_m, n)))
     best = float("inf")
-    for a, b in ((_side(g.tile_m, m), _side(g.tile_n, n)), (_side(g.tile_n, m), _side(g.tile_m, n))):  # both orientations
+    for a, b in _candidates(g.tile_m, g.tile_n, m, n):
+        rate = g.rate * min(1.0, _reuse(a, b) / ref)
         tiles = -(-m // a) * -(-n // b)
         split = 1
         while True:
@@ -129,13 +183,22 @@ def _tile_time(m: int, n: int, k: int, g: _TileModel) -> float:
             slice_k = -(-k // split)
             waves = -(-(tiles * split) // g.sms)
             partial = g.d_out if split == 1 else PARTIAL_BYTES
-            seconds = waves * (2.0 * a * b * slice_k / g.rate + a * b * partial / g.bandwidth) * g.sms
+            seconds = waves * (2.0 * a * b * slice_k / rate + a * b * partial / g.bandwidth) * g.sms
             if split > 1:
                 seconds += tiles * a * b * (PARTIAL_BYTES * split + g.d_out) / g.bandwidth
             best = min(best, seconds)
             split *= 2
             if tiles * split > g.sms or k // split < MIN_SPLIT_K:
                 break
+        if g.stream_k and tiles > g.sms:
+            # Stream-K (Osama et al., PPoPP 2023): persistent CTAs, one per SM, share the tiles' K steps
+            # evenly, so the last partial wave costs its share of work instead of a whole wave; a CTA that
+            # ends inside a tile writes an fp32 partial that the tile's finishing CTA reads back (fixup).
+            steps = -(-k // STREAM_K_BLOCK_K)
+            per_sm = -(-(tiles * steps) // g.sms)
+            seconds = (per_sm * 2.0 * a * b * (k / steps) / rate + -(-tiles // g.sms) * a * b * g.d_out / g.bandwidth
+                       + 2 * a * b * PARTIAL_BYTES / g.bandwidth) * g.sms
+            best = min(best, seconds)
     memory_s = ((m * k + k * n) * g.d_in + m * n * g.d_out) / g.bandwidth
     return max(best, memory_s, 2.0 * m * n * k / g.peak)
 

@@ -4,7 +4,7 @@ File shapes (units in key names; see hardware_profiles/ for complete examples)::
 
     kind = "gpu"            # memory_GiB, hbm_bandwidth_GBps, hbm_efficiency, kernel_overhead_us,
     name = "..."            # comm_compute_slowdown, [peak_tflops] fp32/tf32/bf16/fp16/fp8,
-    description = "..."     # [matmul] max_efficiency/min_dim/relative, [sources],
+    description = "..."     # [matmul] max_efficiency/min_dim/relative/tile_m/tile_n/stream_k, [sources],
                             # fused_attention_efficiency (optional)
 
     kind = "node"           # gpu = "<gpu name or path>" or an inline [gpu] table, gpus_per_node,
@@ -123,6 +123,8 @@ def _matmul(reader: TableReader) -> MatmulEfficiency:
     for key in ("tile_m", "tile_n"):
         if reader.has(key):
             kwargs[key] = reader.integer(key)
+    if reader.has("stream_k"):
+        kwargs["stream_k"] = reader.boolean("stream_k")
     reader.finish()
     return reader.build(MatmulEfficiency, **kwargs)
 

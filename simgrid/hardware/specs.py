@@ -76,6 +76,9 @@ class MatmulEfficiency:
     """Rows of the output tile one thread block (CTA) computes; 0 = no tile model (use the legacy curve)."""
     tile_n: int = 0
     """Columns of that tile; the cost model also tries the transposed tile, as cuBLAS has both."""
+    stream_k: bool = False
+    """Whether the GPU's GEMM library has stream-K kernels (work split evenly over persistent CTAs, so a
+    partial last wave costs its share, not a whole wave); only with a tile."""
 
     @property
     def tiled(self) -> bool:
@@ -88,6 +91,9 @@ class MatmulEfficiency:
             check_int_at_least("MatmulEfficiency", name, getattr(self, name), 0)
         if (self.tile_m > 0) != (self.tile_n > 0):
             raise FieldError("tile_n", self.tile_n, f"must be given together with tile_m (tile_m = {self.tile_m})",
+                             owner="MatmulEfficiency")
+        if self.stream_k and not self.tiled:
+            raise FieldError("stream_k", self.stream_k, "needs tile_m and tile_n (stream-K splits output tiles)",
                              owner="MatmulEfficiency")
         object.__setattr__(self, "relative", tuple(self.relative))
         check_fraction("MatmulEfficiency", "max_efficiency", self.max_efficiency)

@@ -98,6 +98,8 @@ def _gpu(doc: _Document, gpu: GPUSpec, prefix: str, *, top: bool) -> None:
                                  "relative": tuple(float(r) for r in gpu.matmul.relative)}
     if gpu.matmul.tiled:
         matmul.update(tile_m=gpu.matmul.tile_m, tile_n=gpu.matmul.tile_n)
+    if gpu.matmul.stream_k:
+        matmul["stream_k"] = True
     doc.table(prefix + "matmul", matmul)
     if gpu.fused_attention:
         doc.table(prefix + "fused_attention", {"default": gpu.attention_kernel})  # None: not written

@@ -31,6 +31,17 @@ def test_fit_recovers_rates_of_synthetic_ops() -> None:
     assert fit.mean_abs_error < 1e-9
 
 
+def test_fit_names_a_dropped_term_instead_of_an_infinite_rate() -> None:
+    """Ops whose time follows bytes and launches only: the fit drops the FLOP term, and its one-line
+    description says so rather than printing 'inf GFLOP/s'; a kept term prints its rate."""
+    ops = [_op(f, b, k) for f in (1e6, 5e6, 2e7) for b in (1e5, 8e5) for k in (3, 8)]
+    fit = fit_compute([(op, op.hbm_bytes / 2e9 + op.kernels * 30e-6) for op in ops])
+    assert fit.peak_flops == float("inf")
+    assert fit.describe().startswith("no FLOP term, 2.00 GB/s, 30.0 us per op (fit over 12 ops")
+    full = fit_compute([(op, op.flops / 10e9 + op.hbm_bytes / 2e9 + op.kernels * 30e-6) for op in ops])
+    assert full.describe().startswith("10.00 GFLOP/s, 2.00 GB/s, 30.0 us per op")
+
+
 def test_written_profile_loads_with_measured_tables(tmp_path: Path) -> None:
     """A profile built from measurements is self-contained: it loads and returns the measured times."""
     from simgrid.hardware import write_profile
