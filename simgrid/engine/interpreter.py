@@ -35,6 +35,7 @@ import simpy
 from simpy.events import NORMAL
 
 from simgrid.engine.costmodel import DurationCache, PhaseLike
+from simgrid.engine.deadlock import SHOWN_RANKS, blocked_at, deadlock_message
 from simgrid.engine.flows import FlowNetwork
 from simgrid.engine.memory import MemoryEvent
 from simgrid.errors import SimulationError
@@ -457,19 +458,10 @@ class Interpreter:
 
     # -- diagnostics -------------------------------------------------------------------------------
     def _deadlock_message(self, stuck: list[_Rank]) -> str:
-        parts = []
-        for st in stuck[:3]:
-            if st.waiting is not None:
-                comm = st.waiting
-                what = f"WAIT on {self._text_of(comm.op)}"
-                if comm.start < 0:
-                    what += " (never started: a peer did not issue the matching op)"
-            else:
-                what = f"op {st.ptr} of {st.n}"
-            parts.append(f"rank {st.rank} blocked at {what}")
-        if len(stuck) > 3:
-            parts.append(f"and {len(stuck) - 3} more rank(s)")
-        if not stuck:
-            parts.append(f"{len(self._pending)} communication op(s) were issued but never matched by their peers")
-        return (f"simulation deadlocked at t = {self.env.now:.6g} s: " + "; ".join(parts)
-                + "; run simgrid.ir.dry_run on the program for a step-by-rank grid of the cycle")
+        shown = []
+        for st in stuck[:SHOWN_RANKS]:
+            comm = st.waiting
+            waiting_on = None if comm is None else self._text_of(comm.op)
+            started = comm is None or comm.start >= 0
+            shown.append((st.rank, blocked_at(waiting_on, started=started, ptr=st.ptr, n=st.n)))
+        return deadlock_message(self.env.now, shown, len(stuck), len(self._pending))

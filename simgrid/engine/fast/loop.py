@@ -36,6 +36,7 @@ from heapq import heappop, heappush
 from typing import Any
 
 from simgrid.engine.costmodel import DurationCache
+from simgrid.engine.deadlock import SHOWN_RANKS, blocked_at, deadlock_message
 from simgrid.errors import SimulationError
 from simgrid.ir import Alloc, Collective, Compute, Free, Op, Program, Recv, Send, Transfer, Wait, format_op
 from simgrid.trace import PIPELINE_KINDS, PURPOSE_TO_COMM_KIND, TraceAggregates
@@ -526,19 +527,10 @@ class FastLoop:
 
     # -- diagnostics -------------------------------------------------------------------------------
     def _deadlock_message(self, stuck: list[_Rank]) -> str:
-        parts = []
-        for st in stuck[:3]:
-            if st.waiting is not None:
-                comm = st.waiting
-                what = f"WAIT on {format_op(comm[_C_OP])}"
-                if comm[_C_START] < 0:
-                    what += " (never started: a peer did not issue the matching op)"
-            else:
-                what = f"op {st.ptr} of {st.n}"
-            parts.append(f"rank {st.rank} blocked at {what}")
-        if len(stuck) > 3:
-            parts.append(f"and {len(stuck) - 3} more rank(s)")
-        if not stuck:
-            parts.append(f"{len(self._pending)} communication op(s) were issued but never matched by their peers")
-        return (f"simulation deadlocked at t = {self.now:.6g} s: " + "; ".join(parts)
-                + "; run simgrid.ir.dry_run on the program for a step-by-rank grid of the cycle")
+        shown = []
+        for st in stuck[:SHOWN_RANKS]:
+            comm = st.waiting
+            waiting_on = None if comm is None else format_op(comm[_C_OP])
+            started = comm is None or comm[_C_START] >= 0
+            shown.append((st.rank, blocked_at(waiting_on, started=started, ptr=st.ptr, n=st.n)))
+        return deadlock_message(self.now, shown, len(stuck), len(self._pending))
