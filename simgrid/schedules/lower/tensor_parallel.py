@@ -91,22 +91,29 @@ def tp_collectives(ctx: LoweringContext, op: Compute, group: str) -> tuple[list[
     return block_collectives(ctx, op, group)
 
 
-def wrap_compute_ops(role: Role, wrap: Callable[[Compute], tuple[list[Op], list[Op]]]) -> Role:
-    """Put ``wrap(op)``'s (before, after) ops around every compute op of the role's actions."""
+def replace_compute_ops(role: Role, replace: Callable[[Compute], list[Op]]) -> Role:
+    """Put ``replace(op)``'s ops in place of every compute op of the role's actions."""
     for step in role:
         if step.action is None:
             continue
         new_ops: list[Op] = []
         for op in step.ops:
             if type(op) is Compute:
-                before, after = wrap(op)
-                new_ops += before
-                new_ops.append(op)
-                new_ops += after
+                new_ops += replace(op)
             else:
                 new_ops.append(op)
         step.ops = new_ops
     return role
+
+
+def wrap_compute_ops(role: Role, wrap: Callable[[Compute], tuple[list[Op], list[Op]]]) -> Role:
+    """Put ``wrap(op)``'s (before, after) ops around every compute op of the role's actions."""
+
+    def around(op: Compute) -> list[Op]:
+        before, after = wrap(op)
+        return [*before, op, *after]
+
+    return replace_compute_ops(role, around)
 
 
 def add_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:

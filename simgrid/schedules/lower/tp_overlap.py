@@ -45,7 +45,7 @@ from simgrid.model.gemms import Gemm
 from simgrid.model.moe import is_moe_block
 from simgrid.schedules.lower.compute import _block_numbers, compute_op
 from simgrid.schedules.lower.context import LoweringContext, Role
-from simgrid.schedules.lower.tensor_parallel import block_collectives, tp_collectives
+from simgrid.schedules.lower.tensor_parallel import block_collectives, replace_compute_ops, tp_collectives
 
 PIPELINE_SPLITS = 4
 """GEMM chunks of TE's ``pipeline`` reduce-scatter overlap: ``num_splits = 4`` for every non-ring-exchange
@@ -209,18 +209,12 @@ def add_overlapped_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: in
     if ctx.layout.tp == 1:
         return role
     group = Mesh.tp_group_name(ctx.coord(pp_rank))
-    for step in role:
-        if step.action is None:
-            continue
-        new_ops: list[Op] = []
-        for op in step.ops:
-            if type(op) is Compute:
-                replaced = overlapped_ops(ctx, op, group)
-                if replaced is None:
-                    before, after = tp_collectives(ctx, op, group)
-                    replaced = [*before, op, *after]
-                new_ops += replaced
-            else:
-                new_ops.append(op)
-        step.ops = new_ops
-    return role
+
+    def overlapped_or_wrapped(op: Compute) -> list[Op]:
+        replaced = overlapped_ops(ctx, op, group)
+        if replaced is None:
+            before, after = tp_collectives(ctx, op, group)
+            replaced = [*before, op, *after]
+        return replaced
+
+    return replace_compute_ops(role, overlapped_or_wrapped)
