@@ -193,13 +193,15 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
 
 
 def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    """The layout fields a search keeps as given (optimizer, precision, offload, gradient sync)."""
+    """The layout fields a search keeps as given (optimizer, precision, offload, gradient sync, ZeRO-3
+    implementation and gradient reduce dtype)."""
     return {"optimizer": args.optimizer, "precision": args.precision, "offload_optimizer": args.offload,
             "dp_mode": args.dp_mode, "bucket_size_MB": args.bucket_mb,
             "bucket_policy": getattr(args, "bucket_policy", "ddp"),
             "overlap_grad_reduce": getattr(args, "overlap_grad_reduce", True),
             "attention_kernel": getattr(args, "attention_kernel", "auto"),
-            "kernel_fusion": getattr(args, "kernel_fusion", "fused")}
+            "kernel_fusion": getattr(args, "kernel_fusion", "fused"),
+            "zero_impl": getattr(args, "zero_impl", "deepspeed"), "reduce_dtype": getattr(args, "reduce_dtype", "param")}
 
 
 def add_hardware_args(parser: argparse.ArgumentParser, *, cluster_required: bool, gpu_profile: bool,

@@ -90,3 +90,18 @@ def test_help_has_an_example(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["sweep", "--help"])
     assert "simgrid sweep --model gpt3-175b" in capsys.readouterr().out
+
+
+def test_reduce_dtype_and_zero_impl_reach_every_searched_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    """--reduce-dtype fp32 doubles the data-parallel gradient bytes of the searched ZeRO-1 layouts (it was
+    accepted and then ignored): the ranked steps differ from the default's; with --zero-impl fsdp2 kept too,
+    ZeRO-3 layouts with fp32 are valid and ranked."""
+    flags = ["--model", "tiny-gpt", "--cluster", "dgx-a100-hdr", "--gpus", "4", "--gbs", "8", "--recompute", "none",
+             "--schedules", "1f1b", "--max-mbs", "2", "--workers", "1", "--dp", "4", "--json", "--top", "3"]
+    assert main(["sweep", *flags, "--zero", "1"]) == 0
+    default = json.loads(capsys.readouterr().out)
+    assert main(["sweep", *flags, "--zero", "1", "--reduce-dtype", "fp32"]) == 0
+    fp32 = json.loads(capsys.readouterr().out)
+    assert [e["step_time_s"] for e in fp32] != [e["step_time_s"] for e in default]
+    assert main(["sweep", *flags, "--zero", "1,3", "--reduce-dtype", "fp32", "--zero-impl", "fsdp2"]) == 0
+    assert any(e["zero"] == 3 for e in json.loads(capsys.readouterr().out))
