@@ -56,8 +56,7 @@ def main() -> None:
         print(f"calibrating on {model.name} (about a minute) ...", flush=True)
         spec, fit = calibrate(model, world_size=2, out=args.profile)
         calibration = (f"compute slowdown under communication {spec.node.gpu.comm_compute_slowdown:.0%}; "
-                       f"fallback compute fit {fit.bandwidth_Bps / 1e9:.2f} GB/s, {fit.overhead_s * 1e6:.1f} us/kernel "
-                       f"(mean error {fit.mean_abs_error:.0%} over {fit.samples} ops, used only for unmeasured ops)")
+                       f"fallback compute fit {fit.describe()}, used only for unmeasured ops")
         print(f"calibrated: {calibration}")
         if fit.drift_warning():
             print(fit.drift_warning())

@@ -87,8 +87,7 @@ def main() -> int:
         Path(args.profile).parent.mkdir(parents=True, exist_ok=True)
         print(f"calibrating on {model.name} (load average {os.getloadavg()[0]:.1f}) ...", flush=True)
         _, fit = calibrate(model, world_size=2, out=args.profile)
-        print(f"calibrated {args.profile}: fit {fit.peak_flops / 1e9:.1f} GFLOP/s, {fit.overhead_s * 1e6:.1f} us/op "
-              f"(mean error {fit.mean_abs_error:.0%} over {fit.samples} ops); host-speed probe drift while "
+        print(f"calibrated {args.profile}: fit {fit.describe()}; host-speed probe drift while "
               f"calibrating {fit.host_drift:.0%}", flush=True)
         print(fit.generation_summary)
         if fit.drift_warning():

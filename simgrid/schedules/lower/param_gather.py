@@ -22,8 +22,8 @@ bucket once (bytes conserved), at a different place. At ``stage`` granularity th
 stage is split at bucket boundaries so that each piece can wait for its own bucket (the later
 micro-batches keep their one op per stage).
 
-Not modelled: Megatron turns bucketing off on pipeline ranks > 0 (one bucket per chunk there,
-``DistributedDataParallel.__init__``); the buckets here follow ``bucket_size_MB`` on every stage.
+The buckets are :mod:`simgrid.schedules.buckets`'s: ``bucket_size_MB`` on every stage under the ``ddp``
+policy, Megatron-Core's rule (one bucket per chunk on pipeline ranks > 0) under ``bucket_policy = "megatron"``.
 """
 
 from __future__ import annotations
