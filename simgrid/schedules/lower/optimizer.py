@@ -31,7 +31,7 @@ from simgrid.layout.mesh import Mesh
 from simgrid.layout.spec import Layout
 from simgrid.schedules.lower.context import LoweringContext, Role
 from simgrid.schedules.lower.moe import expert_param_sync
-from simgrid.schedules.lower.param_gather import gathers_overlapped
+from simgrid.schedules.lower.param_gather import bucket_param_bytes, gather_collective, gathers_overlapped
 from simgrid.schedules.lower.tensor_parallel import sp_grad_sync
 
 OPTIMIZER_FLOPS_PER_PARAM: dict[str, int] = {
@@ -192,15 +192,13 @@ def _param_sync(ctx: LoweringContext, pp_rank: int) -> list[Op]:
     waits: list[Op] = []
     for stage in ctx.stages_of(pp_rank):
         for bucket in ctx.buckets(stage):
-            size = sum(ctx.cost(b).param_count - ctx.cost(b).expert_param_count for b in bucket.blocks) * lay.param_bytes
-            label = f"s{stage}:bucket{bucket.index}"
             if lay.zero >= 1:
-                coll = Collective(kind="all_gather", group=group, bytes=size, purpose="zero-param",
-                                  handle=f"zero-param:{label}", label=label)
+                coll = gather_collective(ctx, pp_rank, stage, bucket)
             else:
-                coll = Collective(kind="broadcast", group=group, bytes=size, purpose="ps-broadcast",
-                                  handle=f"ps-broadcast:{label}", root=ctx.mesh.rank(pp=pp_rank, dp=0, tp=0),
-                                  label=label)
+                label = f"s{stage}:bucket{bucket.index}"
+                coll = Collective(kind="broadcast", group=group, bytes=bucket_param_bytes(ctx, bucket),
+                                  purpose="ps-broadcast", handle=f"ps-broadcast:{label}",
+                                  root=ctx.mesh.rank(pp=pp_rank, dp=0, tp=0), label=label)
             issues.append(coll)
             waits.append(Wait(handle=coll.handle))
     return issues + waits
