@@ -193,7 +193,4 @@ def _selective_op_traffic(model: ModelSpec, layout: Layout, kind: str, kernels: 
     if kind == "attn":
         return (kernels.fwd_hbm_bytes - kernels.core_fwd_hbm_bytes,
                 kernels.fwd_kernels - kernels.core_fwd_kernels - saved_gemms)
-    hidden = layout.micro_batch_size * local_seq_length(model, layout.cp) * model.hidden_size
-    hidden = hidden * layout.param_bytes // (layout.tp if layout.sequence_parallel else 1)
-    residual_add = 3 * hidden  # read x and the branch, write the sum (simgrid.model.kernels)
-    return kernels.fwd_hbm_bytes - residual_add, kernels.fwd_kernels - 1 - saved_gemms
+    return kernels.fwd_hbm_bytes - kernels.residual_fwd_hbm_bytes, kernels.fwd_kernels - 1 - saved_gemms

@@ -76,6 +76,9 @@ class BlockKernels:
     """Forward bytes of the attention core's softmax and dropout (what selective recompute repeats)."""
     core_fwd_kernels: int = 0
     """Forward launches of the attention core: QK^T, softmax, (dropout,) PV; 0 outside attention."""
+    residual_fwd_hbm_bytes: int = 0
+    """Forward bytes of the block's closing (bias+dropout+) residual add; 0 outside attention and dense MLP
+    blocks (what per-op checkpointing does not repeat after an MLP, :mod:`simgrid.model.selective_op`)."""
 
 
 def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
@@ -158,7 +161,7 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
         bwd += tokens * mlp_in_width(model, tp) * d + hidden
         bwd_k += 2
     return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k, bwd_kernels=bwd_k,
-                        gemm_mnk=(tokens, mlp_in_width(model, tp), h))
+                        gemm_mnk=(tokens, mlp_in_width(model, tp), h), residual_fwd_hbm_bytes=residual_fwd)
 
 
 #: PyTorch-eager bytes per element of torchtitan's RMSNorm (``_norm(x.float()).type_as(x) * weight``,
