@@ -50,21 +50,15 @@ def dev_layout(row: DevRow) -> Layout:
     for ZeRO-3 rows (``Layout.zero_impl`` names ZeRO-3 implementations; a ZeRO-1 row's framework is recorded only),
     its ``reduce_dtype`` for every row (fp32 with ZeRO 0-2 is Megatron's fp32 main_grad)."""
     schedule = "none" if row.pp == 1 else ("1f1b" if row.vpp == 1 else "interleaved-1f1b")
-    kwargs: dict[str, Any] = {}
-    if row.zero == 3 and row.zero_impl is not None and "zero_impl" in {f.name for f in dataclasses.fields(Layout)}:
-        kwargs["zero_impl"] = row.zero_impl
-    if row.reduce_dtype != "param":
-        kwargs["reduce_dtype"] = row.reduce_dtype
-    if row.overlap_param_gather:
-        kwargs["overlap_param_gather"] = True
     layout = Layout(dp=row.dp, tp=row.tp, pp=row.pp, cp=row.cp, vpp=row.vpp, zero=row.zero,
                     micro_batch_size=row.micro_batch, global_batch_size=row.global_batch, schedule=schedule,
                     recompute=row.recompute, sequence_parallel=row.sequence_parallel,
-                    tp_comm_overlap=row.tp_comm_overlap,
+                    tp_comm_overlap=row.tp_comm_overlap, overlap_param_gather=row.overlap_param_gather,
+                    reduce_dtype=row.reduce_dtype,  # type: ignore[arg-type]
+                    zero_impl=row.zero_impl if row.zero == 3 and row.zero_impl else "deepspeed",  # type: ignore[arg-type]
+                    bucket_policy="megatron" if row.zero_impl == "megatron" else "ddp",  # Megatron-Core's buckets
                     flash_attention=row.flash_attention, attention_kernel=row.attention_kernel,  # type: ignore[arg-type]
-                    kernel_fusion=row.kernel_fusion, precision=row.precision, **kwargs)  # type: ignore[arg-type]
-    if row.zero_impl == "megatron":  # Megatron-Core's buckets (Layout.bucket_policy)
-        layout = dataclasses.replace(layout, bucket_policy="megatron")
+                    kernel_fusion=row.kernel_fusion, precision=row.precision)  # type: ignore[arg-type]
     check_layout(dev_model(row), layout)
     return layout
 
