@@ -28,8 +28,8 @@ priced at the profile tile's rate times that reuse ratio (the largest penalty co
 being the preferred one: nothing fitted), and the time is the minimum over the candidates: what a good
 heuristic achieves; cuBLAS's own heuristic is not always optimal. On a GPU whose profile says
 ``matmul.stream_k`` (Hopper: CUTLASS's sm90 stream-K scheduler) the K steps of all tiles may instead be shared
-evenly by one persistent CTA per SM (stream-K, Osama et al., PPoPP 2023), so a partial last wave costs its
-share of work plus an fp32 partial-tile fixup rather than a whole wave.
+evenly by one persistent CTA per SM (stream-K, Osama et al., PPoPP 2023), so a partial last wave, or a single
+wave of fewer tiles than SMs, costs its share of work plus an fp32 partial-tile fixup rather than a whole wave.
 
 A profile without a tile (``matmul.tile_m = 0``) or without ``sm_count`` keeps the legacy rule:
 ``flops / (peak * efficiency(min(m, n, k)))``.
@@ -190,10 +190,13 @@ def _tile_time(m: int, n: int, k: int, g: _TileModel) -> float:
             split *= 2
             if tiles * split > g.sms or k // split < MIN_SPLIT_K:
                 break
-        if g.stream_k and tiles > g.sms:
+        if g.stream_k and tiles % g.sms:
             # Stream-K (Osama et al., PPoPP 2023): persistent CTAs, one per SM, share the tiles' K steps
             # evenly, so the last partial wave costs its share of work instead of a whole wave; a CTA that
             # ends inside a tile writes an fp32 partial that the tile's finishing CTA reads back (fixup).
+            # Fewer tiles than SMs is the same case (the paper's basic stream-K shares every MAC iteration
+            # over all CTAs, where split-K can only cut K into equal whole slices): only a count of tiles
+            # that fills whole waves leaves nothing to share.
             steps = -(-k // STREAM_K_BLOCK_K)
             per_sm = -(-(tiles * steps) // g.sms)
             seconds = (per_sm * 2.0 * a * b * (k / steps) / rate + -(-tiles // g.sms) * a * b * g.d_out / g.bandwidth

@@ -214,6 +214,18 @@ def test_stream_k_spreads_a_partial_last_wave_over_all_sms() -> None:
     assert t < 0.7 * data_parallel
 
 
+def test_stream_k_shares_a_single_partial_wave_over_all_sms() -> None:
+    """Three 64 x 128 tiles (K = 4096 = 64 steps of 64) on 4 SMs: split-K can only halve K (six slices do
+    not fit), stream-K gives each SM ceil(3 * 64 / 4) = 48 steps, one epilogue and one fixup."""
+    m, n, k = 192, 128, 4096
+    steps = 48 * 2 * 64 * 128 * 64 / (100e12 / 4)
+    epilogue = 64 * 128 * 2 / (10_000e9 / 4)
+    fixup = 2 * 64 * 128 * 4 / (10_000e9 / 4)
+    t = gemm_shape_time_s(m, n, k, stream_k_gpu(), dtype="bf16")
+    assert t == pytest.approx(steps + epilogue + fixup)
+    assert t < gemm_shape_time_s(m, n, k, tiny_gpu(), dtype="bf16")
+
+
 def test_stream_k_changes_nothing_that_fills_whole_waves() -> None:
     """Eight tiles on 4 SMs: two full waves either way (stream-K would only add a fixup)."""
     assert gemm_shape_time_s(256, 256, 4096, stream_k_gpu(), dtype="bf16") == pytest.approx(by_hand(2, 4096))

@@ -10,6 +10,11 @@
   (:mod:`simgrid.schedules.lower.optimizer`).
 * ZeRO-1: a REDUCE_SCATTER per bucket at the same place (each rank keeps the reduced shard it updates);
   like Megatron's distributed optimizer with overlapped grad reduce.
+* At ``stage`` granularity one op stands for a whole stage's backward, which would hold every bucket back
+  until the backward ends. The last backward of each stage is therefore cut at bucket boundaries
+  (:func:`split_at_buckets`), its recompute and backward pieces interleaved in backward order as Megatron
+  runs them layer by layer, so each bucket is issued where its gradients are complete whatever the
+  granularity; the other micro-batches keep their one op per stage.
 * ZeRO-2: the gradients are sharded, so every micro-batch's backward reduce-scatters each bucket as it
   completes into the rank's shard; the full-size bucket buffer (category ``comm``) is allocated before the
   bucket's first backward op and freed once its reduce-scatter has completed, which is waited for when
@@ -24,11 +29,16 @@ WAITs for the DDP, PS and ZeRO-1 handles sit before the optimizer step (added by
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import pairwise
 
 from simgrid.ir.ops import Alloc, Collective, Compute, Free, Op, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.schedules.buckets import Bucket
+from simgrid.schedules.lower.compute import compute_op
 from simgrid.schedules.lower.context import LoweringContext, Role, Step
+
+SPLIT_KINDS = ("R", "B", "I", "W")
+"""Compute kinds of a backward step that :func:`split_at_buckets` cuts (recompute, backward and its halves)."""
 
 
 def _weight_grad_op(op: Op, block: int) -> bool:
@@ -54,6 +64,44 @@ def last_backward_step(role: Role, stage: int) -> Step:
         if step.action is not None and step.action.stage == stage and step.action.kind in ("B", "W"):
             return step
     raise AssertionError(f"internal: stage {stage} has no backward in this role")
+
+
+def _pieces(ctx: LoweringContext, op: Compute, cuts: list[int]) -> list[Compute | None]:
+    """``op`` cut at the block indices in ``cuts`` that fall inside it, in backward order (last blocks first);
+    ``None`` for a recompute piece whose blocks recompute nothing (the embedding or the head alone)."""
+    edges = [op.block_start, *(c for c in cuts if op.block_start < c < op.block_end), op.block_end]
+    return [None if op.kind == "R" and not any(ctx.cost(b).recompute_flops > 0 for b in range(a, b_end))
+            else compute_op(ctx, op.kind, op.stage, op.microbatch, a, b_end)
+            for a, b_end in reversed(list(pairwise(edges)))]
+
+
+def split_at_buckets(ctx: LoweringContext, step: Step, buckets: list[Bucket]) -> None:
+    """Cut the multi-bucket R/B/I/W compute ops of ``step`` at bucket boundaries, interleaved per piece.
+
+    A step ``[R, Alloc, B, Free...]`` whose ops span buckets 0..n becomes ``[R0, Alloc, B0, R1, B1, ...,
+    Rn, Bn, Free...]``: piece ``j`` of every cut op runs before piece ``j + 1`` of any, as a per-layer
+    backward would; the ops between two cut ops stay after the first one's first piece, those after the
+    last cut op after its last piece. Costs are summed per piece (:func:`compute_op`), so the step's work
+    is unchanged. A step whose ops hold one bucket each (block granularity) is left as it is.
+    """
+    cuts = sorted(min(bucket.blocks) for bucket in buckets)
+    split = [i for i, op in enumerate(step.ops) if isinstance(op, Compute) and op.kind in SPLIT_KINDS
+             and any(op.block_start < c < op.block_end for c in cuts)]
+    if not split:
+        return
+    pieces = {i: _pieces(ctx, step.ops[i], cuts) for i in split}  # type: ignore[arg-type]
+    if len({len(p) for p in pieces.values()}) != 1:
+        raise AssertionError(f"internal: backward ops of step {step.action} span different block ranges")
+    between = {i: step.ops[i + 1: j] for i, j in pairwise([*split, len(step.ops)])}
+    new_ops: list[Op] = list(step.ops[: split[0]])
+    for j in range(len(pieces[split[0]])):
+        for i in split:
+            piece = pieces[i][j]
+            if piece is not None:
+                new_ops.append(piece)
+            if (j == 0 and i != split[-1]) or (j == len(pieces[i]) - 1 and i == split[-1]):
+                new_ops += between[i]
+    step.ops = new_ops
 
 
 def _bucket_collective(ctx: LoweringContext, pp_rank: int, stage: int, bucket: Bucket) -> Collective:
@@ -87,9 +135,12 @@ def add_overlapped_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> 
         return role
     for stage in ctx.stages_of(pp_rank):
         additions: dict[int, list[Op]] = defaultdict(list)
-        for bucket in ctx.buckets(stage):
+        buckets = ctx.buckets(stage)
+        for bucket in buckets:
             additions[min(bucket.blocks)].append(_bucket_collective(ctx, pp_rank, stage, bucket))
-        insert_after_weight_grads(last_backward_step(role, stage), additions)
+        step = last_backward_step(role, stage)
+        split_at_buckets(ctx, step, buckets)
+        insert_after_weight_grads(step, additions)
     return role
 
 
