@@ -7,13 +7,17 @@ import pytest
 from schedule_helpers import TINY, context, flat
 
 from simgrid.ir.dryrun import dry_run
-from simgrid.ir.ops import Collective, Compute, Op, Wait
+from simgrid.ir.ops import Alloc, Collective, Compute, Op, Wait
 from simgrid.ir.validate import validate_program
+from simgrid.layout.mesh import Mesh
 from simgrid.layout.spec import Layout
+from simgrid.model import get_model
 from simgrid.schedules import build_program
+from simgrid.schedules.lower import tp_overlap
 from simgrid.schedules.lower.compute import add_recompute, compute_steps
-from simgrid.schedules.lower.tensor_parallel import add_tensor_parallel
-from simgrid.schedules.lower.tp_overlap import PIPELINE_SPLITS, _split, add_overlapped_tensor_parallel
+from simgrid.schedules.lower.instantiate import MicrobatchTemplate
+from simgrid.schedules.lower.tensor_parallel import add_tensor_parallel, tp_collectives
+from simgrid.schedules.lower.tp_overlap import PIPELINE_SPLITS, _split, add_overlapped_tensor_parallel, overlapped_ops
 
 SP = {"sequence_parallel": True}
 
@@ -151,3 +155,93 @@ def test_programs_with_overlap_validate_and_run_dry(granularity: str, layout: di
     validate_program(program)
     dry_run(program)
     assert any(isinstance(o, Collective) and o.kind == "ring_exchange" for o in program.ranks[0])
+
+
+_STAMPED_LAYOUTS = [
+    ("block", None, {"tp": 2, "pp": 2, "global_batch_size": 8}),
+    ("stage", None, {"tp": 4, "pp": 2, "global_batch_size": 8, "recompute": "full"}),
+    ("block", None, {"tp": 2, "pp": 2, "schedule": "zb-h1", "global_batch_size": 8}),
+    ("block", None, {"tp": 2, "pp": 2, "vpp": 2, "schedule": "interleaved-1f1b", "global_batch_size": 16}),
+    ("block", "tiny-moe", {"tp": 2, "pp": 2, "global_batch_size": 8}),
+]
+
+
+@pytest.mark.parametrize(("granularity", "model", "layout"), _STAMPED_LAYOUTS)
+def test_stamped_ops_equal_ops_built_for_each_microbatch(
+    granularity: str, model: str | None, layout: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pass builds each (kind, stage, chunk, block range) once and stamps it for the other micro-batches;
+    every pipeline rank's ops equal those of building each compute op on its own (overlapped_ops per op,
+    tp_collectives around the ones that do not overlap), and far fewer ops are built than stamped."""
+    ctx = context(granularity, get_model(model) if model else None, **SP, tp_comm_overlap=True, **layout)
+    built: list[Compute] = []
+
+    def counted(c: object, op: Compute, group: str) -> list[Op] | None:
+        built.append(op)
+        return overlapped_ops(c, op, group)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(tp_overlap, "overlapped_ops", counted)
+    for pp_rank in range(ctx.layout.pp):
+        group = Mesh.tp_group_name(ctx.coord(pp_rank))
+        expected: list[Op] = []
+        for op in flat(add_recompute(ctx, compute_steps(ctx, pp_rank))):
+            whole = overlapped_ops(ctx, op, group) if isinstance(op, Compute) else [op]
+            if whole is None:
+                before, after = tp_collectives(ctx, op, group)  # type: ignore[arg-type]
+                whole = [*before, op, *after]
+            expected += whole
+        built.clear()
+        role = add_overlapped_tensor_parallel(ctx, add_recompute(ctx, compute_steps(ctx, pp_rank)), pp_rank)
+        got = flat(role)
+        assert got == expected
+        assert [type(o) for o in got] == [type(o) for o in expected]
+        microbatches = {o.microbatch for o in got if isinstance(o, Compute)}
+        assert len(microbatches) == ctx.layout.num_microbatches
+        assert 0 < len(built) <= len(got) / len(microbatches)
+
+
+def test_whole_programs_equal_with_and_without_templates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An independent route through the whole build: with templates refused (every micro-batch's ops built
+    as before the templates existed) the program of every rank is the same."""
+    layout = Layout(sequence_parallel=True, tp_comm_overlap=True, tp=2, pp=2, dp=2, global_batch_size=8, zero=1,
+                    recompute="full")
+    stamped = build_program(TINY, layout, granularity="block")
+    monkeypatch.setattr(MicrobatchTemplate, "of", classmethod(lambda cls, ops, microbatch: None))
+    rebuilt = build_program(TINY, layout, granularity="block")
+    assert stamped.world_size == rebuilt.world_size == 8
+    for rank in range(stamped.world_size):
+        assert stamped.ops(rank) == rebuilt.ops(rank)
+
+
+def test_template_patches_microbatch_and_the_handle_part_naming_it() -> None:
+    """Stamping micro-batch 12 from a template of micro-batch 10: the compute op's micro-batch and the
+    ``:m10:`` of each handle change, nothing else (hand-written expected handles)."""
+    comp = Compute(kind="F", stage=1, microbatch=10, chunk=0, block_start=3, block_end=4, flops=8.0,
+                   hbm_bytes=2.0, gemms=((4, 4, 4, 1),))
+    coll = Collective(kind="ring_exchange", group="tp-g", bytes=64, purpose="tp", handle="tp:s1:m10:F:b3:attn3:0",
+                      count=2, label="b3:fwd")
+    template = MicrobatchTemplate.of([coll, comp, Wait(handle=coll.handle)], 10)
+    assert template is not None
+    out = template.stamp(12)
+    assert out[0] == Collective(kind="ring_exchange", group="tp-g", bytes=64, purpose="tp",
+                                handle="tp:s1:m12:F:b3:attn3:0", count=2, label="b3:fwd")
+    assert out[1] == Compute(kind="F", stage=1, microbatch=12, chunk=0, block_start=3, block_end=4, flops=8.0,
+                             hbm_bytes=2.0, gemms=((4, 4, 4, 1),))
+    assert out[2] == Wait(handle="tp:s1:m12:F:b3:attn3:0")
+    assert template.stamp(7)[2] == Wait(handle="tp:s1:m7:F:b3:attn3:0")
+    assert template.stamp(10) == [coll, comp, Wait(handle=coll.handle)]
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        Compute(kind="F", stage=0, microbatch=3, chunk=0, block_start=1, block_end=2, flops=1.0, hbm_bytes=0.0),
+        Wait(handle="tp:s0:F:b1:0"),
+        Wait(handle="tp:s0:m2:F:b1:m2:0"),
+        Alloc(name="act:m2", bytes=8, category="activations"),
+    ],
+)
+def test_template_refuses_ops_it_cannot_stamp(op: Op) -> None:
+    """A compute op of another micro-batch, a handle without (or with two) ``:m2:``, an op without a handle:
+    no template, so the caller builds every micro-batch itself."""
+    assert MicrobatchTemplate.of([op], 2) is None

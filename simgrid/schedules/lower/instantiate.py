@@ -8,13 +8,16 @@ rank). The per-rank lists are patched copies of the template made with numpy fan
 :func:`simgrid.schedules.build_program` asks for a rank's list only when something reads it (a
 :class:`~simgrid.ir.program.LazyRanks`), and the template is indexed on the first replica asked for, so
 a symmetric simulation touches the ``pp`` canonical lists only.
+
+:class:`MicrobatchTemplate` does the same along the other axis: the ops a lowering pass makes for one compute
+op, built once and copied for every micro-batch with the micro-batch and handles patched.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from simgrid.ir.ops import Collective, Op, Recv, Send
+from simgrid.ir.ops import Collective, Compute, Op, Recv, Send
 from simgrid.layout.experts import (
     ExpertCoord,
     edp_group_name,
@@ -183,3 +186,75 @@ class RoleInstantiator:
             patch[:] = self._patch_rank(dp, tp, cp)
             array[self._by_rank] = patch
         return tuple(array.tolist())
+
+
+_StampSpec = tuple[type, "tuple[str, object] | None", dict[str, object], str, dict[str, object], "str | None", str]
+"""(op class, its first field and value unless that is the patched one, the fields before the patched one,
+the patched field's name, the fields after it, and the handle's text before and after the micro-batch; no
+text before: the patched field is ``Compute.microbatch``)."""
+
+
+class MicrobatchTemplate:
+    """The ops one compute op lowers to, built once and stamped for every other micro-batch.
+
+    A pass whose output for a compute op depends on the micro-batch only through ``Compute.microbatch`` and
+    the ``:m<microbatch>:`` part of its handles (as :mod:`.tp_overlap`'s chunk ops, collectives and waits do)
+    builds the ops for the first micro-batch it meets and copies them for the others, patching those two
+    fields, as :class:`RoleInstantiator` patches the rank-specific fields for ranks. :meth:`of` returns None
+    when the ops do not have that form (a compute op of another micro-batch, a handle without exactly one
+    ``:m<microbatch>:``): the caller then builds every micro-batch's ops itself.
+    """
+
+    def __init__(self, microbatch: int, specs: list[_StampSpec]) -> None:
+        self.microbatch = microbatch
+        self._specs = specs
+
+    @classmethod
+    def of(cls, ops: list[Op], microbatch: int) -> MicrobatchTemplate | None:
+        """The template of ``ops`` (built for ``microbatch``), or None when they cannot be stamped."""
+        token = f":m{microbatch}:"
+        specs: list[_StampSpec] = []
+        for op in ops:
+            fields = list(op.__dict__.items())
+            names = [name for name, _ in fields]
+            if type(op) is Compute:
+                if op.microbatch != microbatch:
+                    return None
+                key, prefix, suffix = "microbatch", None, ""
+            else:
+                handle = op.__dict__.get("handle")
+                if not isinstance(handle, str) or handle.count(token) != 1:
+                    return None
+                cut = handle.index(token) + 2
+                key, prefix, suffix = "handle", handle[:cut], handle[cut + len(str(microbatch)):]
+            at = names.index(key)
+            first = fields[0] if at else None
+            specs.append((type(op), first, dict(fields[1:at]), key, dict(fields[at + 1:]), prefix, suffix))
+        return cls(microbatch, specs)
+
+    def stamp(self, microbatch: int) -> list[Op]:
+        """The ops for ``microbatch``: fresh copies of the template's with its micro-batch and handles."""
+        # A copy without __init__ (these plain frozen dataclasses have no __post_init__), fields set in
+        # declaration order: the first by object.__setattr__, so that the instance dict CPython then
+        # materialises shares the class's keys (about half the memory of a dict filled from empty, which is
+        # what dataclasses.replace-like copies such as replaced() make), the rest by dict updates.
+        text, new, setattr_ = str(microbatch), object.__new__, object.__setattr__
+        out: list[Op] = []
+        append = out.append
+        for kind, first, before, key, after, prefix, suffix in self._specs:
+            op: Op = new(kind)
+            value = microbatch if prefix is None else prefix + text + suffix
+            if first is None:
+                setattr_(op, key, value)
+                if after:
+                    op.__dict__.update(after)
+            else:
+                setattr_(op, first[0], first[1])
+                values = op.__dict__
+                if before:
+                    values.update(before)
+                values[key] = value
+                values.update(after)
+            append(op)
+        return out
+
