@@ -15,6 +15,8 @@ op, built once and copied for every micro-batch with the micro-batch and handles
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from simgrid.ir.ops import Collective, Compute, Op, Recv, Send
@@ -188,10 +190,9 @@ class RoleInstantiator:
         return tuple(array.tolist())
 
 
-_StampSpec = tuple[type, "tuple[str, object] | None", dict[str, object], str, dict[str, object], "str | None", str]
-"""(op class, its first field and value unless that is the patched one, the fields before the patched one,
-the patched field's name, the fields after it, and the handle's text before and after the micro-batch; no
-text before: the patched field is ``Compute.microbatch``)."""
+_StampSpec = tuple[type, tuple[tuple[str, object], ...], str, tuple[tuple[str, object], ...], "str | None", str]
+"""(op class, the fields before the patched one, the patched field's name, the fields after it, and the
+handle's text before and after the micro-batch; no text before: the patched field is ``Compute.microbatch``)."""
 
 
 class MicrobatchTemplate:
@@ -215,46 +216,37 @@ class MicrobatchTemplate:
         token = f":m{microbatch}:"
         specs: list[_StampSpec] = []
         for op in ops:
-            fields = list(op.__dict__.items())
-            names = [name for name, _ in fields]
+            # Read through the dataclass fields, not op.__dict__, which would make the op keep a dict.
+            fields = tuple((f.name, getattr(op, f.name)) for f in dataclasses.fields(op))
             if type(op) is Compute:
                 if op.microbatch != microbatch:
                     return None
                 key, prefix, suffix = "microbatch", None, ""
             else:
-                handle = op.__dict__.get("handle")
+                handle = getattr(op, "handle", None)
                 if not isinstance(handle, str) or handle.count(token) != 1:
                     return None
                 cut = handle.index(token) + 2
                 key, prefix, suffix = "handle", handle[:cut], handle[cut + len(str(microbatch)):]
-            at = names.index(key)
-            first = fields[0] if at else None
-            specs.append((type(op), first, dict(fields[1:at]), key, dict(fields[at + 1:]), prefix, suffix))
+            at = [name for name, _ in fields].index(key)
+            specs.append((type(op), fields[:at], key, fields[at + 1:], prefix, suffix))
         return cls(microbatch, specs)
 
     def stamp(self, microbatch: int) -> list[Op]:
         """The ops for ``microbatch``: fresh copies of the template's with its micro-batch and handles."""
-        # A copy without __init__ (these plain frozen dataclasses have no __post_init__), fields set in
-        # declaration order: the first by object.__setattr__, so that the instance dict CPython then
-        # materialises shares the class's keys (about half the memory of a dict filled from empty, which is
-        # what dataclasses.replace-like copies such as replaced() make), the rest by dict updates.
+        # A copy without __init__ (these plain frozen dataclasses have no __post_init__), each field set by
+        # object.__setattr__ in declaration order, as __init__ sets them: CPython then keeps the values inline
+        # in the object. Filling op.__dict__ instead (as replaced() does) is faster here but makes a dict per
+        # op: more memory, and the engine's attribute reads measurably slower (docs/performance.md).
         text, new, setattr_ = str(microbatch), object.__new__, object.__setattr__
         out: list[Op] = []
         append = out.append
-        for kind, first, before, key, after, prefix, suffix in self._specs:
+        for kind, before, key, after, prefix, suffix in self._specs:
             op: Op = new(kind)
-            value = microbatch if prefix is None else prefix + text + suffix
-            if first is None:
-                setattr_(op, key, value)
-                if after:
-                    op.__dict__.update(after)
-            else:
-                setattr_(op, first[0], first[1])
-                values = op.__dict__
-                if before:
-                    values.update(before)
-                values[key] = value
-                values.update(after)
+            for name, value in before:
+                setattr_(op, name, value)
+            setattr_(op, key, microbatch if prefix is None else prefix + text + suffix)
+            for name, value in after:
+                setattr_(op, name, value)
             append(op)
         return out
-

@@ -36,7 +36,7 @@ reduce-scatter, with no weight-gradient GEMM beside it, stays exposed.
 
 The ops of a compute op are built once per (kind, stage, chunk, block range) and copied for every other
 micro-batch with its micro-batch and handles patched (:class:`.instantiate.MicrobatchTemplate`): the same ops
-as building each one, about 3x faster for gpt3-175b at tp 8, pp 16 (docs/performance.md).
+as building each one, in about half the build time for gpt3-175b at tp 8, pp 16 (docs/performance.md).
 """
 
 from __future__ import annotations
