@@ -14,7 +14,7 @@ Targets: gpt3-175b on 1024 A100 under 2 s (program build at stage granularity in
 micro-batches per replica: 7.5 million ops) under 10 s (issue 14). The ``-tpo`` cases are gpt3-175b at tp 8,
 pp 16, dp 8 with Transformer Engine's TP communication overlap (every GEMM chunk and ring-exchange step an op:
 921,600 GEMM-chunk ops over the 16 pipeline ranks at block granularity); their targets are the plain cases' (stage: 2 s as gpt3-1024;
-block: 10 s), not the issue's. The plain cases run
+block: 10 s), not the issue's; the ``-sp`` cases are the same layouts without the overlap (sequence parallelism still on). The plain cases run
 :func:`simgrid.simulate` on the built program (trace, metrics, memory report and the saved memory
 timeline, as a user gets them; the fast engine defers the trace rows until something reads them). The
 ``-step`` case runs the same step through :func:`simgrid.engine.fast.simulate_step`, the metrics only
@@ -57,6 +57,8 @@ class Case:
     path: str = "trace"
     """``trace``: simulate (SimPy: simulate_program + compute_metrics); ``step``: simulate_step + summary_metrics;
     ``rows``: simulate, then read every trace row."""
+    sequence_parallel: bool = False
+    """Megatron's sequence parallelism (on whenever ``tp_comm_overlap`` is)."""
     tp_comm_overlap: bool = False
     """Transformer Engine's TP communication overlap (with sequence parallelism, which it needs): every GEMM
     chunk and ring-exchange step is an op."""
@@ -71,6 +73,10 @@ CASES = (
     Case("gpt3-4096-full", "gpt3-175b", "dgx-a100-hdr", 8, 8, 64, 6144, None, "full", 10.0),
     Case("gpt3-4096-full-step", "gpt3-175b", "dgx-a100-hdr", 8, 8, 64, 6144, None, "full", 10.0, path="step"),
     Case("gpt3-4096-full-rows", "gpt3-175b", "dgx-a100-hdr", 8, 8, 64, 6144, None, "full", 10.0, path="rows"),
+    Case("gpt3-1024-sp", "gpt3-175b", "dgx-a100-hdr", 8, 16, 8, 1536, None, "symmetric", 2.0,
+         sequence_parallel=True),
+    Case("gpt3-1024-sp-block", "gpt3-175b", "dgx-a100-hdr", 8, 16, 8, 1536, None, "symmetric", 10.0,
+         sequence_parallel=True, granularity="block"),
     Case("gpt3-1024-tpo", "gpt3-175b", "dgx-a100-hdr", 8, 16, 8, 1536, None, "symmetric", 2.0, tp_comm_overlap=True),
     Case("gpt3-1024-tpo-block", "gpt3-175b", "dgx-a100-hdr", 8, 16, 8, 1536, None, "symmetric", 10.0,
          tp_comm_overlap=True, granularity="block"),
@@ -92,7 +98,8 @@ def run_case(case: Case, engine: str = "auto") -> dict[str, object]:
     if case.seq is not None:
         model = model.with_seq_length(case.seq)
     layout = Layout(dp=case.dp, tp=case.tp, pp=case.pp, micro_batch_size=1, global_batch_size=case.gbs,
-                    schedule="1f1b", sequence_parallel=case.tp_comm_overlap, tp_comm_overlap=case.tp_comm_overlap)
+                    schedule="1f1b", sequence_parallel=case.sequence_parallel or case.tp_comm_overlap,
+                    tp_comm_overlap=case.tp_comm_overlap)
     wall0, cpu0 = time.perf_counter(), time.process_time()
     program = build_program(model, layout, granularity=case.granularity)  # type: ignore[arg-type]
     wall1, cpu1 = time.perf_counter(), time.process_time()
@@ -125,6 +132,7 @@ def run_case(case: Case, engine: str = "auto") -> dict[str, object]:
         "mfu": metrics.mfu, "target_s": case.target_s, "target_GB": case.target_gb,
         "engine": {"step": "fast (step)", "rows": "auto, rows read"}.get(case.path, engine),
         "granularity": case.granularity, "tp_comm_overlap": case.tp_comm_overlap,
+        "sequence_parallel": case.sequence_parallel or case.tp_comm_overlap,
     }
 
 
@@ -148,7 +156,8 @@ def _report(runs: list[dict[str, object]]) -> str:
     cpu, wall, rss = med("cpu_s"), med("wall_s"), med("peak_rss_GB")
     return (
         f"{r['case']}: {r['model']} ({r['layers']} layers) on {r['world']} GPUs, {r['mode']} mode, "
-        f"{r['granularity']} granularity{', TP comm overlap' if r['tp_comm_overlap'] else ''}, "
+        f"{r['granularity']} granularity{', sequence parallel' if r['sequence_parallel'] else ''}"
+        f"{', TP comm overlap' if r['tp_comm_overlap'] else ''}, "
         f"engine {r['engine']}, "
         f"{r['simulated_ranks']} ranks simulated, {r['ops']} ops, {r['trace_rows']} trace rows; "
         f"step {float(r['step_time_s']):.3f} s, MFU {float(r['mfu']):.1%}\n"  # type: ignore[arg-type]
