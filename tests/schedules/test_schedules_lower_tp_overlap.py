@@ -200,15 +200,27 @@ def test_stamped_ops_equal_ops_built_for_each_microbatch(
         assert 0 < len(built) <= len(got) / len(microbatches)
 
 
-def test_whole_programs_equal_with_and_without_templates(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {"pp": 2, "dp": 2, "global_batch_size": 8, "zero": 1, "recompute": "full"},
+        {"pp": 2, "vpp": 2, "schedule": "zbv", "global_batch_size": 8},
+        {"pp": 2, "vpp": 2, "schedule": "dualpipev", "global_batch_size": 8},
+        {"pp": 2, "vpp": 2, "schedule": "interleaved-zb", "global_batch_size": 8},
+        {"cp": 2, "global_batch_size": 4},
+    ],
+)
+def test_whole_programs_equal_with_and_without_templates(
+    layout: dict[str, object], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An independent route through the whole build: with templates refused (every micro-batch's ops built
-    as before the templates existed) the program of every rank is the same."""
-    layout = Layout(sequence_parallel=True, tp_comm_overlap=True, tp=2, pp=2, dp=2, global_batch_size=8, zero=1,
-                    recompute="full")
-    stamped = build_program(TINY, layout, granularity="block")
+    as before the templates existed) the program of every rank is the same, for 1F1B with ZeRO-1 and full
+    recompute, the V schedules, a split-backward interleaved schedule and context parallelism."""
+    lay = Layout(sequence_parallel=True, tp_comm_overlap=True, tp=2, **layout)  # type: ignore[arg-type]
+    stamped = build_program(TINY, lay, granularity="block")
     monkeypatch.setattr(MicrobatchTemplate, "of", classmethod(lambda cls, ops, microbatch: None))
-    rebuilt = build_program(TINY, layout, granularity="block")
-    assert stamped.world_size == rebuilt.world_size == 8
+    rebuilt = build_program(TINY, lay, granularity="block")
+    assert stamped.world_size == rebuilt.world_size == lay.world_size
     for rank in range(stamped.world_size):
         assert stamped.ops(rank) == rebuilt.ops(rank)
 
