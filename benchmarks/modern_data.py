@@ -138,6 +138,14 @@ class DevRow:
     """Where the simulated layout or hardware differs from the source's (the simulator cannot express it)."""
     not_expressible: str = ""
     """Why the row cannot be simulated at all (empty: it is simulated)."""
+    cross_entropy: str = "fused"
+    """The loss implementation (``Layout.cross_entropy``): ``unfused`` where the source's code calls
+    ``F.cross_entropy`` on an fp32 copy of the logits (torchtitan), ``fused`` (Megatron-Core's kernel) else."""
+    published_memory_GiB: float | None = None
+    """Peak memory per GPU as the source prints it, GiB (``None``: the source publishes none); what it measures
+    is in ``memory_definition``."""
+    memory_definition: str = ""
+    """What the published memory figure is and where the source's code measures it."""
 
     @property
     def gpus(self) -> int:
@@ -207,6 +215,10 @@ AUTOMODEL = Source(
 _TITAN_HW = ("hardware: the source's H100s are 96 GB HBM2e parts at 2.4 TB/s under a 500 W power limit "
              "(Grand Teton), simulated on grand-teton-h100-rdma (GPU h100-sxm-96gb-500w); its sustained clock "
              "at 500 W is interpolated between NVIDIA's 400 W (NVL) and 700 W (SXM) ratings, not measured")
+_TITAN_MEMORY = ("Memory(GiB) column: torch.cuda max reserved bytes (the caching allocator's segments, not the "
+                 "tensors allocated in them), the maximum over GPUs: torchtitan/metrics.py at 9dec370 line 62 reads "
+                 "memory_stats()['reserved_bytes.all.peak'], train.py lines 383 and 393 log it as max_reserved_gib, "
+                 "reset after each log (line 403); 1 GiB = 2^30 bytes (metrics.py line 47)")
 _TITAN_CLUSTER = "grand-teton-h100-rdma"
 """Cluster profile of the torchtitan H100 rows (Grand Teton, 96 GB HBM2e, 500 W, 400 Gb/s RDMA per GPU)."""
 _COMPILE = ("torch.compile: simulated as kernel_fusion 'fused' (its fused element-wise kernels are priced as "
@@ -275,9 +287,10 @@ DEV_ROWS: tuple[DevRow, ...] = (
                      "kernels: PyTorch eager without compile (norm_type 'rmsnorm' = the fp32 eager RMSNorm in that "
                      "config), SDPA's flash backend (FA2) for attention",),
             deviations=(_TITAN_HW, *((_COMPILE,) if compiled else ())),
+            cross_entropy="unfused", published_memory_GiB=mem, memory_definition=_TITAN_MEMORY,
         )
-        for table, gpus, compiled, tps in ((1, 8, False, 5762.0), (1, 8, True, 6667.0), (3, 128, False, 5605.0),
-                                           (3, 128, True, 6514.0))
+        for table, gpus, compiled, tps, mem in ((1, 8, False, 5762.0, 82.4), (1, 8, True, 6667.0, 77.0),
+                                                (3, 128, False, 5605.0, 67.0), (3, 128, True, 6514.0, 62.0))
     ),
     # torchtitan, June 2025: async-TP benchmark, bf16 rows, vanilla (not async) TP.
     DevRow(
@@ -333,7 +346,7 @@ DEV_ROWS: tuple[DevRow, ...] = (
                      "sequence length 4096 and Llama 2 vocabulary (train configs at 528cab9)",
                      "kernels: PyTorch eager with torchtitan's fused Triton RMSNorm (norm_type 'fused_rmsnorm', "
                      "compile false in train_configs at 528cab9), SDPA's flash backend (FA2)"),
-            deviations=(),
+            deviations=(), cross_entropy="unfused",  # 528cab9: model.py:436 .float(), train.py:164 cross_entropy
         )
         for size, tag, batch, ac, wps, mfu in (
             ("13b", "noac", 2, "no", 2162.0, "61.1%"),
