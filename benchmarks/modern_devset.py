@@ -415,7 +415,7 @@ def render_block(results: Sequence[DevResult], groups: Sequence[tuple[str, DevSu
         "",
         "Only torchtitan's Tables 1 and 3 publish a memory figure; it is the caching allocator's peak reserved "
         "bytes (torch.cuda memory_stats 'reserved_bytes.all.peak', torchtitan/metrics.py line 62 at 9dec370), "
-        "while the simulator counts tensors (allocated bytes): the reserved-minus-allocated gap is not modelled. "
+        "while the simulator counts tensors (allocated bytes): the reserved-minus-allocated gap is not modelled.",
         "",
         memory_table(results),
         "",
