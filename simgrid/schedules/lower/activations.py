@@ -67,14 +67,15 @@ def add_activation_memory(ctx: LoweringContext, role: Role) -> Role:
                     and op.block_start <= head < op.block_end] if loss_bytes else []
         # The loss backward runs before any layer's recompute: a stage-wide R holding the head carries it
         # (freed before the R's rebuilt layer is allocated), else the head's B or I ops do.
-        loss_last = loss_ops[0] if loss_ops and step.ops[loss_ops[0]].kind == "R" else (loss_ops or [-1])[-1]
+        first = step.ops[loss_ops[0]] if loss_ops else None
+        loss_last = loss_ops[0] if isinstance(first, Compute) and first.kind == "R" else (loss_ops or [-1])[-1]
         for i, op in enumerate(step.ops):
             if loss_ops and i == loss_ops[0]:
-                new_ops.append(Alloc(name=f"loss:s{op.stage}:m{op.microbatch}", bytes=loss_bytes,
+                new_ops.append(Alloc(name=f"loss:s{step.action.stage}:m{step.action.microbatch}", bytes=loss_bytes,
                                      category="activations"))
             new_ops.append(op)
             if i == loss_last:
-                new_ops.append(Free(name=f"loss:s{op.stage}:m{op.microbatch}"))
+                new_ops.append(Free(name=f"loss:s{step.action.stage}:m{step.action.microbatch}"))
             if type(op) is not Compute:
                 continue
             if op.kind == "F":
