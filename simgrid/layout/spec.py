@@ -45,6 +45,10 @@ CROSS_ENTROPY_IMPLS: tuple[str, ...] = get_args(CrossEntropyImpl)
 #: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
 CHUNKED_SCHEDULES = {"interleaved-1f1b": None, "zbv": 2, "interleaved-zb": None, "looped-bfs": None, "dualpipev": 2}
 
+#: Bytes of one fp32 element (IEEE 754 binary32): master weights, fp32 gradients and optimizer moments. The one
+#: home of the constant: the layout is the lowest layer that the model and the lowering both import.
+FP32_BYTES = 4
+
 
 @dataclass(frozen=True, kw_only=True)
 class Layout:
@@ -224,7 +228,7 @@ class Layout:
     @property
     def param_bytes(self) -> int:
         """Bytes of one working parameter (and of one activation element)."""
-        return 4 if self.precision == "fp32" else 2
+        return FP32_BYTES if self.precision == "fp32" else 2
 
     # -- rules ---------------------------------------------------------------------------------
     def _check_rules(self) -> None:
