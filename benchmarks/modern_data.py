@@ -138,6 +138,14 @@ class DevRow:
     """Where the simulated layout or hardware differs from the source's (the simulator cannot express it)."""
     not_expressible: str = ""
     """Why the row cannot be simulated at all (empty: it is simulated)."""
+    cross_entropy: str = "fused"
+    """The loss implementation (``Layout.cross_entropy``): ``unfused`` where the source's code calls
+    ``F.cross_entropy`` on an fp32 copy of the logits (torchtitan), ``fused`` (Megatron-Core's kernel) else."""
+    published_memory_GiB: float | None = None
+    """Peak memory per GPU as the source prints it, GiB (``None``: the source publishes none); what it measures
+    is in ``memory_definition``."""
+    memory_definition: str = ""
+    """What the published memory figure is and where the source's code measures it."""
 
     @property
     def gpus(self) -> int:
@@ -207,6 +215,10 @@ AUTOMODEL = Source(
 _TITAN_HW = ("hardware: the source's H100s are 96 GB HBM2e parts at 2.4 TB/s under a 500 W power limit "
              "(Grand Teton), simulated on grand-teton-h100-rdma (GPU h100-sxm-96gb-500w); its sustained clock "
              "at 500 W is interpolated between NVIDIA's 400 W (NVL) and 700 W (SXM) ratings, not measured")
+_TITAN_MEMORY = ("Memory(GiB) column: torch.cuda max reserved bytes (the caching allocator's segments, not the "
+                 "tensors allocated in them), the maximum over GPUs: torchtitan/metrics.py at 9dec370 line 62 reads "
+                 "memory_stats()['reserved_bytes.all.peak'], train.py lines 383 and 393 log it as max_reserved_gib, "
+                 "reset after each log (line 403); 1 GiB = 2^30 bytes (metrics.py line 47)")
 _TITAN_CLUSTER = "grand-teton-h100-rdma"
 """Cluster profile of the torchtitan H100 rows (Grand Teton, 96 GB HBM2e, 500 W, 400 Gb/s RDMA per GPU)."""
 _COMPILE = ("torch.compile: simulated as kernel_fusion 'fused' (its fused element-wise kernels are priced as "
@@ -234,10 +246,10 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
         model=f"megatron-h100-{size}", seq_length=4096, dp=48, tp=tp, pp=pp, zero=1, zero_impl="megatron",
         micro_batch=1, global_batch=gbs, sequence_parallel=tp > 1, tp_comm_overlap=tp > 1,
         overlap_param_gather=True,
-        # bf16 => fp32 gradient accumulation and reduce-scatter: Megatron-LM forces
-        # accumulate_allreduce_grads_in_fp32 = True for bf16 (megatron/training/arguments.py, core_r0.8.0) and
-        # Megatron-Core's DDP grad buffers are then torch.float (core/distributed/distributed_data_parallel.py).
-        reduce_dtype="fp32",
+        # fp16, as every GPT training script in the repository at the table's commit passes (see A1). Megatron-LM
+        # forces fp32 gradient accumulation and reduce only for bf16 (megatron/training/arguments.py lines
+        # 302-305 at f2e5db4), so with fp16 the DDP grad buffers and their reduce-scatter stay 16-bit.
+        precision="fp16",
         metric="model_tflops_per_gpu",
         published=tflops, published_text=f"{tflops} per-GPU teraFLOP/s",
         conversion="tokens/s/GPU = TFLOP/s * 1e12 * GPUs * s * B / Megatron-Core r0.8.0 FLOPs of one step "
@@ -245,9 +257,12 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
         recipe="GPT, V = 131072, s = 4096; --overlap-grad-reduce --overlap-param-gather (distributed "
                "optimizer), --tp-comm-overlap, pipeline communication overlapped; throughput end to end",
         assumed=(
-            "precision: 16-bit, bf16 assumed (the MFU column is TFLOP/s over the 989 TFLOP/s dense 16-bit "
-            "peak, confirmed by the maintainers in NVIDIA/Megatron-LM issue 1276); with bf16, Megatron-LM's fp32 "
-            "gradient buffers and reduce-scatter (reduce_dtype fp32; no --grad-reduce-in-bf16 stated)",
+            "precision: 16-bit, not stated (the MFU column is TFLOP/s over the 989 TFLOP/s dense 16-bit peak, "
+            "'either fp16 or bfloat16' per the maintainers in NVIDIA/Megatron-LM issue 1276); fp16 assumed: the "
+            "GPT-3 example at the table's commit (examples/gpt3/train_gpt3_175b_distributed.sh, f2e5db4) passes "
+            "--fp16, as issue 1276's asker reports every training script does; Megatron-LM then keeps 16-bit "
+            "gradient buffers and reduce-scatter (fp32 accumulation is forced only for bf16). Loss scaling's "
+            "unscale and inf check over the 1/dp optimizer shard are not priced",
             "micro-batch 1, plain 1F1B (no virtual stages), no activation recompute: not stated",
             "fused (TE) attention; sequence parallelism with tp > 1 (--tp-comm-overlap requires it)",
             "ZeRO-1 (the distributed optimizer --overlap-param-gather needs); cluster: DGX H100 with NDR "
@@ -275,9 +290,10 @@ DEV_ROWS: tuple[DevRow, ...] = (
                      "kernels: PyTorch eager without compile (norm_type 'rmsnorm' = the fp32 eager RMSNorm in that "
                      "config), SDPA's flash backend (FA2) for attention",),
             deviations=(_TITAN_HW, *((_COMPILE,) if compiled else ())),
+            cross_entropy="unfused", published_memory_GiB=mem, memory_definition=_TITAN_MEMORY,
         )
-        for table, gpus, compiled, tps in ((1, 8, False, 5762.0), (1, 8, True, 6667.0), (3, 128, False, 5605.0),
-                                           (3, 128, True, 6514.0))
+        for table, gpus, compiled, tps, mem in ((1, 8, False, 5762.0, 82.4), (1, 8, True, 6667.0, 77.0),
+                                                (3, 128, False, 5605.0, 67.0), (3, 128, True, 6514.0, 62.0))
     ),
     # torchtitan, June 2025: async-TP benchmark, bf16 rows, vanilla (not async) TP.
     DevRow(
@@ -333,7 +349,7 @@ DEV_ROWS: tuple[DevRow, ...] = (
                      "sequence length 4096 and Llama 2 vocabulary (train configs at 528cab9)",
                      "kernels: PyTorch eager with torchtitan's fused Triton RMSNorm (norm_type 'fused_rmsnorm', "
                      "compile false in train_configs at 528cab9), SDPA's flash backend (FA2)"),
-            deviations=(),
+            deviations=(), cross_entropy="unfused",  # 528cab9: model.py:436 .float(), train.py:164 cross_entropy
         )
         for size, tag, batch, ac, wps, mfu in (
             ("13b", "noac", 2, "no", 2162.0, "61.1%"),

@@ -144,8 +144,8 @@ def _with_exposed_waits(busy_s: Mapping[int, float], waits: Sequence[float], t0:
     if not waits:
         return used
     # The exposed part is the tail of the wait: [end - exposed, end], clipped to the window. Vectorised
-    # over a million waits of a full-mode step; each rank's additions stay sequential and in row order
-    # (its j-th wait is added at step j), so the sums are those of adding wait by wait.
+    # over a million waits of a full-mode step. ``np.add.at`` is unbuffered and adds in index order, so each
+    # rank's total gets its waits one by one in row order: the sums are those of adding wait by wait.
     flat = np.asarray(waits, dtype=np.float64).reshape(-1, 3)  # a view of the array's buffer
     end = flat[:, 1]
     lo = end - flat[:, 2]
@@ -155,28 +155,19 @@ def _with_exposed_waits(busy_s: Mapping[int, float], waits: Sequence[float], t0:
     hi -= lo  # the exposed part (in place: a full-mode step has a million waits)
     del lo
     ranks = flat[:, 0].astype(np.int32)
-    has_busy = np.zeros(max(int(ranks.max()), max(used)) + 1, dtype=bool)
+    size = max(int(ranks.max()), max(used)) + 1
+    has_busy = np.zeros(size, dtype=bool)
     has_busy[list(used)] = True
     keep &= has_busy[ranks]
     part, ranks = hi[keep], ranks[keep]
     del hi, keep
     if not len(ranks):
         return used
-    order = np.argsort(ranks, kind="stable")  # row order within each rank
-    ranks, part = ranks[order], part[order]
-    del order
-    first = np.flatnonzero(np.r_[True, ranks[1:] != ranks[:-1]])  # each rank's run in the sorted waits
-    counts = np.diff(np.r_[first, len(ranks)])
-    by_count = np.argsort(-counts, kind="stable")  # ranks with more waits first: step j adds to a prefix
-    first, counts, ranks = first[by_count], counts[by_count], ranks[first[by_count]]
-    totals = np.array([used[int(r)] for r in ranks], dtype=np.float64)
-    k = len(counts)
-    for j in range(int(counts[0])):  # the j-th wait of every rank that has one, in one vector addition
-        while counts[k - 1] <= j:
-            k -= 1
-        totals[:k] += part[first[:k] + j]
-    for r, total in zip(ranks.tolist(), totals.tolist(), strict=True):
-        used[r] = total
+    totals = np.zeros(size, dtype=np.float64)
+    totals[list(used)] = list(used.values())
+    np.add.at(totals, ranks, part)
+    for r in np.unique(ranks).tolist():
+        used[r] = float(totals[r])
     return used
 
 

@@ -100,11 +100,32 @@ def gemm_shape_time_s(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str, count
     if not uses_tile_model(gpu):
         flops = 2.0 * m * n * k * count
         return flops / (gpu.peak_flops(dtype) * gpu.matmul.efficiency(m, n, k) * gpu.sustained_clock_fraction)
+    return count * _tile_time(m, n, k, _tile_model(gpu, dtype))
+
+
+_MODELS: dict[tuple[int, str], tuple[GPUSpec, _TileModel]] = {}
+"""Tile model per ``(id(gpu), dtype)``. Each entry keeps its GPUSpec alive, so the id cannot be reused by
+another object while the entry exists, and the lookup checks identity before trusting it. Keyed by id, not by
+the spec itself: hashing a GPUSpec hashes every field (its attention tables included) on every call."""
+_MODELS_MAX = 256
+"""Entries kept before the cache is emptied (a sweep builds a handful of GPUs; this only bounds memory)."""
+
+
+def _tile_model(gpu: GPUSpec, dtype: str) -> _TileModel:
+    """The figures :func:`_tile_time` reads for ``gpu`` and ``dtype``, built once per (GPU object, dtype):
+    a training lowering or a sweep prices thousands of GEMMs on the same spec."""
+    key = (id(gpu), dtype)
+    hit = _MODELS.get(key)
+    if hit is not None and hit[0] is gpu:
+        return hit[1]
     assert gpu.sm_count is not None  # uses_tile_model checked it
     model = _TileModel(sustained_tensor_flops(gpu, dtype), hbm_bytes_per_s(gpu), gpu.peak_flops(dtype), gpu.sm_count,
                        gpu.matmul.tile_m, gpu.matmul.tile_n, DTYPE_BYTES.get(dtype, 2), output_bytes(dtype),
                        gpu.matmul.stream_k)
-    return count * _tile_time(m, n, k, model)
+    if len(_MODELS) >= _MODELS_MAX:
+        _MODELS.clear()
+    _MODELS[key] = (gpu, model)
+    return model
 
 
 MIN_TILE_SIDE = 16

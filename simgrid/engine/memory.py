@@ -132,12 +132,10 @@ class LazyTimelines(Mapping[int, MemoryTimeline]):
         return rank in self.peak_bytes_by_rank
 
     def __getstate__(self) -> dict[str, object]:
-        # The event source is a closure over the engine's records: pickle the built timelines instead.
+        # The event source is a closure over the engine's records: pickle the built timelines instead
+        # (unpickling's default, ``__dict__.update(state)``, restores them; every rank is then built).
         return {"_events_of": None, "peak_bytes_by_rank": self.peak_bytes_by_rank,
                 "_built": {r: self[r] for r in self.peak_bytes_by_rank}}
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.__dict__.update(state)
 
 
 def _categories(events: Sequence[MemoryEvent]) -> list[str]:

@@ -27,6 +27,7 @@ KernelFusion = Literal["fused", "eager", "eager-fused-norm"]
 ZeroImpl = Literal["deepspeed", "fsdp2"]
 ReduceDtype = Literal["param", "fp32"]
 BucketPolicy = Literal["ddp", "megatron"]
+CrossEntropyImpl = Literal["fused", "unfused"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
@@ -38,10 +39,15 @@ KERNEL_FUSIONS: tuple[str, ...] = get_args(KernelFusion)
 ZERO_IMPLS: tuple[str, ...] = get_args(ZeroImpl)
 REDUCE_DTYPES: tuple[str, ...] = get_args(ReduceDtype)
 BUCKET_POLICIES: tuple[str, ...] = get_args(BucketPolicy)
+CROSS_ENTROPY_IMPLS: tuple[str, ...] = get_args(CrossEntropyImpl)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need
 #: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
 CHUNKED_SCHEDULES = {"interleaved-1f1b": None, "zbv": 2, "interleaved-zb": None, "looped-bfs": None, "dualpipev": 2}
+
+#: Bytes of one fp32 element (IEEE 754 binary32): master weights, fp32 gradients and optimizer moments. The one
+#: home of the constant: the layout is the lowest layer that the model and the lowering both import.
+FP32_BYTES = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,6 +117,11 @@ class Layout:
     ``bucket_size_MB`` on every stage (PyTorch DDP); ``megatron`` follows Megatron-Core's
     DistributedDataParallel (core_r0.8.0): ``max(40e6, 1e6 * dp)`` parameters per bucket on the first
     pipeline rank's first model chunk, one bucket per model chunk elsewhere (``bucket_size_MB`` unused)."""
+    cross_entropy: CrossEntropyImpl = "fused"
+    """How the loss turns the 16-bit logits into fp32 cross entropy (only its transient memory differs,
+    :func:`simgrid.memory.loss_working_bytes`): ``fused`` is Megatron-Core's vocab-parallel kernel (fp32 softmax
+    built and differentiated in place); ``unfused`` is ``F.cross_entropy(logits.float(), labels)`` as torchtitan
+    calls it (an fp32 copy, an fp32 log-softmax and, in the backward, two more fp32 logit-sized tensors)."""
     zero3_prefetch_depth: int = 1
     """FSDP2: gather units (layers) whose parameters ZeRO-3 gathers ahead of use (FSDP2's implicit forward
     and default backward prefetch is 1). DeepSpeed prefetches by its bucket size instead."""
@@ -158,6 +169,7 @@ class Layout:
         _choice("zero_impl", self.zero_impl, ZERO_IMPLS)
         _choice("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
         _choice("bucket_policy", self.bucket_policy, BUCKET_POLICIES)
+        _choice("cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
                      "tp_comm_overlap", "overlap_param_gather"):
             if not isinstance(getattr(self, flag), bool):
@@ -216,7 +228,7 @@ class Layout:
     @property
     def param_bytes(self) -> int:
         """Bytes of one working parameter (and of one activation element)."""
-        return 4 if self.precision == "fp32" else 2
+        return FP32_BYTES if self.precision == "fp32" else 2
 
     # -- rules ---------------------------------------------------------------------------------
     def _check_rules(self) -> None:

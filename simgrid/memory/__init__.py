@@ -3,6 +3,7 @@
 from simgrid.memory.activations import (
     activation_memory_bytes,
     inflight_microbatches,
+    loss_working_bytes,
     recompute_working_bytes,
     stage_activation_bytes,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "comm_buffer_bytes",
     "estimate_memory",
     "inflight_microbatches",
+    "loss_working_bytes",
     "model_state_bytes",
     "model_states_for_params",
     "recompute_working_bytes",

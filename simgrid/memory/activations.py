@@ -27,6 +27,26 @@ During the backward, recompute rebuilds one layer's activations at a time (Megat
 layer), so the peak also holds one layer's recomputed tensors: under full recompute the whole layer
 minus its stored input, under selective recompute one attention core's ``a s^2 b`` tensors. We add that
 one-layer working set to every rank that recomputes.
+
+Loss working set: the head's saved fp32 softmax is counted with the head's activations
+(:mod:`simgrid.model.activations`), but turning the 16-bit logits (``T x V/t`` per rank) into an fp32 loss
+and back into a 16-bit gradient also holds transient logit-sized tensors while every saved activation of
+the micro-batch is still live (the loss runs after the last layer's forward and before any backward).
+With ``Layout.cross_entropy``:
+
+* ``fused``, Megatron-Core's ``_VocabParallelCrossEntropy`` (megatron/core/tensor_parallel/cross_entropy.py,
+  core_r0.8.0): it casts the logits with ``.float()`` inside its forward while the caller still holds the
+  16-bit logits, then builds the softmax in place in that fp32 copy (the saved tensor) and differentiates it
+  in place (``grad_input = softmax``; ``grad_input.mul_``); autograd casts the fp32 gradient back to the 16-bit
+  input dtype. Extra: one 16-bit logit tensor, forward and backward (none in fp32 training).
+* ``unfused``, torchtitan's ``cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))`` (train.py
+  at 9dec370, ``loss_fn``): the forward holds the 16-bit ``pred``, its fp32 copy and the fp32 log-softmax
+  (the saved one); the backward holds the saved log-softmax, the fp32 gradient ``nll_loss_backward`` writes
+  (dense, the input's shape) and the fp32 gradient of ``_log_softmax_backward_data``: two fp32 logit tensors
+  beyond the saved one, the larger of the two moments.
+
+The working set sits on the rank that holds the head; like the recompute working set it is one moment of
+the step, so a rank counts the larger of the two (recompute runs in the layers' backward, after the loss).
 """
 
 from __future__ import annotations
@@ -37,7 +57,7 @@ from dataclasses import replace
 
 from simgrid.layout.spec import Layout, check_layout, interleave_rounds
 from simgrid.memory.states import stage_block_groups
-from simgrid.model.blocks import stages_of_rank
+from simgrid.model.blocks import local_seq_length, local_vocab, stage_blocks, stages_of_rank
 from simgrid.model.cost import block_cost
 from simgrid.model.spec import ModelSpec
 
@@ -104,15 +124,40 @@ def recompute_working_bytes(model: ModelSpec, layout: Layout) -> int:
                    for b in layer) for layer in layers)
 
 
+#: fp32 bytes per element of the loss's fp32 tensors (the logits' upcast, log-softmax and their gradients).
+FP32_BYTES = 4
+
+
+def loss_working_bytes(model: ModelSpec, layout: Layout) -> int:
+    """Transient bytes of the loss beyond the head's saved activations, on the rank holding the head (see
+    the module docstring): ``fused`` one 16-bit logit tensor, ``unfused`` two fp32 logit tensors."""
+    logits = layout.micro_batch_size * local_seq_length(model, layout.cp) * local_vocab(model, layout.tp)
+    d = layout.param_bytes
+    if layout.cross_entropy == "fused":
+        return logits * d if d < FP32_BYTES else 0
+    upcast = FP32_BYTES if d < FP32_BYTES else 0  # .float() of fp32 logits is the same tensor
+    forward = logits * (d + upcast)  # pred and its fp32 copy beside the saved log-softmax
+    backward = logits * 2 * FP32_BYTES  # nll_loss's and log_softmax's fp32 gradients beside the saved one
+    return max(forward, backward)
+
+
+def holds_head(model: ModelSpec, layout: Layout, pp_rank: int) -> bool:
+    """Whether pipeline rank ``pp_rank`` runs the output layer and the loss."""
+    head = 2 * model.num_layers + 1
+    return any(head in stage_blocks(model, layout, stage) for stage in stages_of_rank(layout, pp_rank))
+
+
 def activation_memory_bytes(model: ModelSpec, layout: Layout) -> list[int]:
     """Peak activation bytes of each pipeline rank (index = pipeline rank, one tp rank each):
-    saved activations of the micro-batches in flight plus the recompute working set."""
+    saved activations of the micro-batches in flight plus the larger of the recompute working set and, on the
+    rank holding the head, the loss working set."""
     check_layout(model, layout)
-    working = recompute_working_bytes(model, layout)
+    recompute = recompute_working_bytes(model, layout)
+    loss = loss_working_bytes(model, layout)
     per_rank = []
     for pp_rank in range(layout.pp):
         stage_bytes = {stage: stage_activation_bytes(model, layout, stage) for stage in stages_of_rank(layout, pp_rank)}
         held = inflight_microbatches(layout, pp_rank, stage_bytes)
         saved = sum(count * stage_bytes[stage] for stage, count in held.items())
-        per_rank.append(saved + working)
+        per_rank.append(saved + max(recompute, loss if holds_head(model, layout, pp_rank) else 0))
     return per_rank

@@ -7,6 +7,10 @@ What we count (each a fixed-size buffer the program builder allocates with categ
   double-buffered reduce bucket and overlapped DDP do (PyTorch DDP's ``bucket_cap_mb`` is in MiB). The
   gradients themselves are counted as grads, assuming they live in the bucket storage
   (``gradient_as_bucket_view`` / Megatron's contiguous grad buffer). Capped at the rank's gradient bytes.
+  Not with ``bucket_policy = "megatron"`` and ZeRO 0-1: Megatron-Core's buckets are views into its one
+  contiguous ``ParamAndGradBuffer.grad_data`` (megatron/core/distributed/param_and_grad_buffer.py, core_r0.8.0:
+  ``_get`` returns ``self.grad_data[start:end].view(shape)`` for each bucket's ``grad_data``), which the
+  gradients (counted as grads, the unsharded fp32 ``main_grad`` under ZeRO 0-1) already are: no extra bytes.
 * ``zero3-gather`` and ``zero3-grads``: with ZeRO-3, gathered (tensor-parallel shares of) weights and
   unsharded gradient buffers, as the implementation holds them (simgrid.model.zero3_units).
   FSDP2: the root unit (embedding, final norm, output layer: kept from the forward to the end of the
@@ -54,7 +58,8 @@ BYTES_PER_BUCKET_MB = 1024 * 1024
 def comm_buffer_bytes(model: ModelSpec, layout: Layout, pp_rank: int = 0) -> dict[str, int]:
     """Communication buffers of one rank of pipeline rank ``pp_rank``, by purpose (see module docstring)."""
     buffers: dict[str, int] = {}
-    if layout.grad_sync_size > 1 and layout.zero < 3:
+    views = layout.bucket_policy == "megatron" and layout.zero < 2  # buckets view the grad buffer (docstring)
+    if layout.grad_sync_size > 1 and layout.zero < 3 and not views:
         grads = stage_state_bytes(model, layout, pp_rank).grads_bytes
         bucket = int(layout.bucket_size_MB * BYTES_PER_BUCKET_MB)
         buffers["dp-buckets"] = min(DP_BUCKETS_IN_FLIGHT * bucket, grads)

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from simgrid.layout.spec import Layout, check_layout
 from simgrid.model.activations import block_activation_bytes
 from simgrid.model.blocks import block_kind, local_seq_length
 from simgrid.model.comm import TPCollective, block_cp_collectives, block_tp_collectives
-from simgrid.model.flops import block_flops
-from simgrid.model.gemms import Gemm, block_gemms
+from simgrid.model.flops import BlockFlops, block_flops
+from simgrid.model.gemms import BlockGemms, Gemm, block_gemms
 from simgrid.model.kernels import BlockKernels, block_kernels
 from simgrid.model.moe import EPCollective, moe_collectives
 from simgrid.model.params import block_params_on_rank, expert_params_on_rank
@@ -113,13 +114,6 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
     flops = block_flops(model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
                         flash_attention=layout.flash_attention, cp=layout.cp, etp=layout.expert_tp)
     kernels = block_kernels(model, layout, block)
-    transformer = kind in ("attn", "mlp")
-    if layout.recompute == "full" and transformer:
-        re_bytes, re_kernels = kernels.fwd_hbm_bytes, kernels.fwd_kernels
-    elif layout.recompute == "selective":
-        re_bytes, re_kernels = kernels.core_fwd_hbm_bytes, kernels.core_fwd_kernels
-    else:
-        re_bytes, re_kernels = 0, 0
     activations = block_activation_bytes(
         model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
         sequence_parallel=layout.sequence_parallel, recompute=layout.recompute, dtype_bytes=layout.param_bytes,
@@ -129,38 +123,24 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
     # unfused core's batched GEMMs keep the GEMM efficiency plus their s x s operand traffic (kernels.py).
     fused_fwd = flops.attention_core_fwd if layout.flash_attention else 0.0
     fused_bwd = flops.attention_core_bwd if layout.flash_attention else 0.0
-    reruns = layout.recompute != "none" and transformer
     params = block_params_on_rank(model, layout, block)
     gemms = block_gemms(model, layout, block)
-    if layout.recompute == "full" and transformer:
-        re_gemms = gemms.fwd
-    elif layout.recompute == "selective":
-        re_gemms = gemms.core_fwd
-    elif layout.recompute == "selective-op" and transformer:
-        re_gemms = recompute_gemms(model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
-                                   cp=layout.cp)
-        re_bytes, re_kernels = _selective_op_traffic(model, layout, kind, kernels, len(gemms.fwd), len(re_gemms))
-    else:
-        re_gemms = ()
-    recompute_flops = flops.recompute(layout.recompute, recomputable=transformer)
-    if layout.recompute == "selective-op":
-        recompute_flops = float(sum(2 * m * n * k * count for m, n, k, count in re_gemms))
+    rerun = _rerun(model, layout, block, kind, flops, kernels, gemms, fused_fwd)
     shape = (local_seq_length(model, layout.cp), model.seq_length, model.head_dim) if fused_fwd else (0, 0, 0)
     return BlockCost(
         fwd_gemms=gemms.fwd,
         bwd_input_gemms=gemms.bwd_input,
         bwd_weight_gemms=gemms.bwd_weight,
-        recompute_gemms=re_gemms,
+        recompute_gemms=rerun.gemms,
         attention_shape=shape,
         gemms_known=gemms.known,
         fused_attention_fwd_flops=fused_fwd,
         fused_attention_bwd_flops=fused_bwd,
-        # per-op checkpointing saves the fused kernel's outputs: its recompute never reruns the core
-        fused_attention_recompute_flops=fused_fwd if reruns and layout.recompute != "selective-op" else 0.0,
+        fused_attention_recompute_flops=rerun.fused_attention_flops,
         fwd_flops=flops.fwd,
         bwd_input_flops=flops.bwd_input,
         bwd_weight_flops=flops.bwd_weight,
-        recompute_flops=recompute_flops,
+        recompute_flops=rerun.flops,
         fwd_hbm_bytes=kernels.fwd_hbm_bytes,
         bwd_hbm_bytes=kernels.bwd_hbm_bytes + GRAD_ACCUM_BYTES_PER_PARAM * params,
         fwd_kernels=kernels.fwd_kernels,
@@ -170,11 +150,52 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         param_count=params,
         tp_comm=block_tp_collectives(model, layout, block),
         cp_comm=block_cp_collectives(model, layout, block),
-        recompute_hbm_bytes=re_bytes,
-        recompute_kernels=re_kernels,
+        recompute_hbm_bytes=rerun.hbm_bytes,
+        recompute_kernels=rerun.kernels,
         expert_param_count=expert_params_on_rank(model, layout, block),
         ep_comm=moe_collectives(model, layout, block),
     )
+
+
+class _Rerun(NamedTuple):
+    """What the recompute before one sub-block's backward reruns (the ``recompute_*`` fields of BlockCost)."""
+
+    flops: float
+    hbm_bytes: int
+    kernels: int
+    gemms: tuple[Gemm, ...]
+    fused_attention_flops: float
+    """Of ``flops``, those inside the fused attention core."""
+
+
+_NO_RERUN = _Rerun(0.0, 0, 0, (), 0.0)
+
+
+def _rerun(model: ModelSpec, layout: Layout, block: int, kind: str, flops: BlockFlops, kernels: BlockKernels,
+           gemms: BlockGemms, fused_fwd: float) -> _Rerun:
+    """The one place the recompute policies differ. The embedding and the head are never recomputed
+    (Megatron checkpoints transformer-layer inputs); ``selective`` needs no such test, since only an attention
+    sub-block has a core to rerun.
+
+    - ``full``: the sub-block's whole forward (Megatron-LM activation checkpointing).
+    - ``selective``: the attention core only (Korthikanti et al. 2022, section 5): its FLOPs, kernels and the
+      traffic on the ``s x s`` scores.
+    - ``selective-op``: the GEMMs torchtitan's per-op checkpointing does not save, and the element-wise work
+      around them (:mod:`simgrid.model.selective_op`); it saves the fused attention kernel's outputs, so the
+      core is never rerun.
+    """
+    transformer = kind in ("attn", "mlp")
+    if layout.recompute == "full" and transformer:
+        return _Rerun(flops.fwd, kernels.fwd_hbm_bytes, kernels.fwd_kernels, gemms.fwd, fused_fwd)
+    if layout.recompute == "selective":
+        return _Rerun(flops.attention_core_fwd, kernels.core_fwd_hbm_bytes, kernels.core_fwd_kernels, gemms.core_fwd,
+                      fused_fwd if transformer else 0.0)
+    if layout.recompute == "selective-op" and transformer:
+        re_gemms = recompute_gemms(model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp, cp=layout.cp)
+        hbm_bytes, launches = _selective_op_traffic(model, layout, kind, kernels, len(gemms.fwd), len(re_gemms))
+        return _Rerun(float(sum(2 * m * n * k * count for m, n, k, count in re_gemms)), hbm_bytes, launches, re_gemms,
+                      0.0)
+    return _NO_RERUN
 
 
 def _selective_op_traffic(model: ModelSpec, layout: Layout, kind: str, kernels: BlockKernels, fwd_gemms: int,

@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simgrid.layout.spec import Layout
+from simgrid.layout.spec import FP32_BYTES, Layout
 from simgrid.model import params
 from simgrid.model.blocks import block_kind
 from simgrid.model.spec import ModelSpec
@@ -78,15 +78,12 @@ class Fsdp2:
 DEEPSPEED = DeepSpeedZero3()
 FSDP2 = Fsdp2()
 
-#: Bytes of one fp32 gradient element (FSDP2 ``reduce_dtype=torch.float32``).
-FP32_BYTES = 4
-
 
 def reduce_bytes_per_param(layout: Layout) -> int:
     """Bytes per gradient element a ZeRO-3 reduce-scatter moves: 4 with FSDP2's fp32 ``reduce_dtype``,
     else the gradient's own dtype (the parameter dtype, ``Layout.param_bytes``)."""
     if layout.zero == 3 and layout.zero_impl == "fsdp2" and layout.reduce_dtype == "fp32":
-        return FP32_BYTES
+        return FP32_BYTES  # FSDP2 ``reduce_dtype=torch.float32``
     return layout.param_bytes
 
 

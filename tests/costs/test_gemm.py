@@ -283,3 +283,20 @@ def test_no_gemm_beats_its_roofline(gpu_name: str) -> None:
         t = gemm_shape_time_s(m, n, k, gpu, dtype="bf16")
         assert t >= 2 * m * n * k / (gpu.peak_flops("bf16")) * (1 - 1e-12)
         assert t >= ((m * k + k * n) * 2 + m * n * 2) / (gpu.hbm_bandwidth_GBps * 1e9) * (1 - 1e-12)
+
+
+def test_tile_model_cache_is_per_gpu_object_and_dtype() -> None:
+    """The per-(GPU, dtype) tile-model cache never hands one spec's figures to another: two specs alive at
+    once, and a spec made after many short-lived ones (whose ids Python may reuse), each get their own rate."""
+    fast, slow = tiny_gpu(), tiny_gpu(sustained=0.8)
+    for _ in range(3):  # repeated calls hit the cache and must keep returning each spec's own time
+        assert gemm_shape_time_s(256, 256, 4096, fast, dtype="bf16") == pytest.approx(by_hand(2, 4096))
+        assert gemm_shape_time_s(256, 256, 4096, slow, dtype="bf16") == pytest.approx(by_hand(2, 4096, rate=80e12))
+    for i in range(300):  # more specs than the cache keeps, dropped at once: ids get recycled
+        sustained = 0.5 + i / 1000
+        gpu = tiny_gpu(sustained=sustained)
+        assert gemm_shape_time_s(256, 256, 4096, gpu, dtype="bf16") == pytest.approx(
+            by_hand(2, 4096, rate=100e12 * sustained))
+    both = dataclasses.replace(fast, peak_tflops={"bf16": 100.0, "fp16": 50.0})
+    assert gemm_shape_time_s(256, 256, 4096, both, dtype="fp16") == pytest.approx(by_hand(2, 4096, rate=50e12))
+    assert gemm_shape_time_s(256, 256, 4096, both, dtype="bf16") == pytest.approx(by_hand(2, 4096))

@@ -11,6 +11,7 @@ equal its rows and events, row for row and bit for bit.
 
 from __future__ import annotations
 
+import copy as copy_module
 import pickle
 import random
 from typing import Any
@@ -105,7 +106,11 @@ def test_deferred_trace_pickles_its_rows_and_follows_changed_multiplicities() ->
     copy = pickle.loads(pickle.dumps(lazy.trace))
     assert copy.materialised and copy.rows == eager.rows and copy.meta == eager.meta
     timelines = pickle.loads(pickle.dumps(lazy.memory.timelines))
-    assert dict(timelines) == dict(simulate_program(program, cluster, mode="full", engine="simpy").memory.timelines)
+    eager_timelines = dict(simulate_program(program, cluster, mode="full", engine="simpy").memory.timelines)
+    assert dict(timelines) == eager_timelines
+    assert isinstance(timelines, LazyTimelines) and timelines.peak_bytes_by_rank == {
+        r: t.peak_bytes for r, t in eager_timelines.items()}
+    assert dict(copy_module.deepcopy(lazy.memory.timelines)) == eager_timelines  # copy goes through __getstate__ too
 
     again = simulate_program(program, cluster, mode="full", engine="fast").trace
     weights = {"0": 3, "1": 1, "2": 1, "3": 2}

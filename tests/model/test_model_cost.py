@@ -76,6 +76,39 @@ def test_block_cost_recompute_rules() -> None:
     assert full.recompute_hbm_bytes == full.fwd_hbm_bytes and 0 < sel.recompute_hbm_bytes < full.fwd_hbm_bytes
 
 
+@pytest.mark.parametrize("name", ["tiny-gpt", "llama2-7b"])
+@pytest.mark.parametrize("policy", ["none", "full", "selective", "selective-op"])
+def test_every_recompute_field_follows_its_policy(name: str, policy: str) -> None:
+    """All five ``recompute_*`` fields of every sub-block kind, per policy, against the forward's own
+    FLOPs, kernels and GEMMs (simgrid.model.flops / kernels / gemms): ``full`` reruns a transformer sub-block's
+    whole forward; ``selective`` the attention core only (Korthikanti et al. 2022, section 5: 4 b s^2 h / tp
+    FLOPs); ``selective-op`` its unsaved GEMMs and never the fused core; the embedding and the head never."""
+    from simgrid.model.blocks import block_kind
+    from simgrid.model.gemms import block_gemms
+    from simgrid.model.kernels import block_kernels
+
+    m = dataclasses.replace(get_model(name), num_layers=2)
+    layout = Layout(tp=2, micro_batch_size=2, recompute=policy, sequence_parallel=True,
+                    flash_attention=policy in ("full", "selective-op"))  # selective is for the unfused core
+    b, s, h = 2, m.seq_length, m.hidden_size
+    for blk in range(num_model_blocks(m)):
+        kind, _ = block_kind(m, blk)
+        c, k, g = block_cost(m, layout, blk), block_kernels(m, layout, blk), block_gemms(m, layout, blk)
+        fields = (c.recompute_flops, c.recompute_hbm_bytes, c.recompute_kernels, c.recompute_gemms,
+                  c.fused_attention_recompute_flops)
+        if policy == "none" or kind not in ("attn", "mlp") or (policy == "selective" and kind == "mlp"):
+            assert fields == (0.0, 0, 0, (), 0.0), (kind, policy)
+        elif policy == "full":
+            assert fields == (c.fwd_flops, k.fwd_hbm_bytes, k.fwd_kernels, g.fwd, c.fused_attention_fwd_flops)
+        elif policy == "selective":
+            assert c.recompute_flops == pytest.approx(4 * b * s * s * h / 2)
+            assert fields[1:] == (k.core_fwd_hbm_bytes, k.core_fwd_kernels, g.core_fwd, 0.0)
+        else:
+            assert c.recompute_flops == sum(2 * mm * n * kk * cnt for mm, n, kk, cnt in c.recompute_gemms) > 0
+            assert c.recompute_flops <= c.fwd_flops and c.fused_attention_recompute_flops == 0.0  # biased: all rerun
+            assert 0 < c.recompute_kernels < k.fwd_kernels and 0 < c.recompute_hbm_bytes < k.fwd_hbm_bytes
+
+
 def test_block_cost_param_counts_sum_to_the_model() -> None:
     """With tp = pp = 1 the blocks' param_count add up to param_count(model)."""
     m = get_model("llama3-8b")

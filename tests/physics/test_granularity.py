@@ -39,3 +39,8 @@ def test_stage_op_costs_the_sum_of_its_block_ops(name: str, cluster: str, layout
             assert whole.gemms and all(p.gemms or p.flops == p.attention_flops for p in parts)
             total = sum(compute_time_s(p, gpu, dtype=layout.precision) for p in parts)
             assert math.isclose(compute_time_s(whole, gpu, dtype=layout.precision), total, rel_tol=1e-9), (kind, stage)
+        if layout.recompute != "none":  # block granularity reruns only the blocks that recompute anything
+            whole = compute_op(ctx, "R", stage, 0, blocks.start, blocks.stop)
+            parts = [compute_op(ctx, "R", stage, 0, b, b + 1) for b in blocks if ctx.cost(b).recompute_flops > 0]
+            total = sum(compute_time_s(p, gpu, dtype=layout.precision) for p in parts)
+            assert math.isclose(compute_time_s(whole, gpu, dtype=layout.precision), total, rel_tol=1e-9), ("R", stage)

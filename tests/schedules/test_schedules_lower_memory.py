@@ -17,6 +17,11 @@ from simgrid.schedules.lower.activations import add_activation_memory
 from simgrid.schedules.lower.compute import compute_steps
 
 
+def _saved_only(ops: Sequence[Op]) -> list[Op]:
+    """The rank's ops without the loss working set (its own test below), leaving the saved activations."""
+    return [op for op in ops if not (isinstance(op, (Alloc, Free)) and op.name.startswith("loss:"))]
+
+
 @pytest.mark.parametrize("zero", [0, 1, 2, 3])
 @pytest.mark.parametrize("optimizer", ["adam", "sgd"])
 def test_model_state_peaks_equal_the_analytic_model(zero: int, optimizer: str) -> None:
@@ -53,7 +58,7 @@ def test_1f1b_first_stage_holds_min_pp_m_microbatches(m: int) -> None:
     layout = Layout(pp=4, global_batch_size=m)
     ranks = build_program(model, layout).ranks
     for pp_rank in range(4):
-        peak = replay_peaks(ranks[pp_rank])["activations"]
+        peak = replay_peaks(_saved_only(ranks[pp_rank]))["activations"]
         assert peak == min(4 - pp_rank, m) * stage_activation_bytes(model, layout, pp_rank)
 
 
@@ -72,7 +77,8 @@ def test_zb_h1_keeps_at_most_pp_microbatches_in_flight_like_1f1b_first_stage() -
         model = tiny_with_layers(4)
         ranks = build_program(model, layout).ranks
         for pp_rank in range(4):
-            held = replay_peaks(ranks[pp_rank])["activations"] / stage_activation_bytes(model, layout, pp_rank)
+            held = replay_peaks(_saved_only(ranks[pp_rank]))["activations"] / stage_activation_bytes(model, layout,
+                                                                                                     pp_rank)
             assert held == min(4, m) if pp_rank < m else held <= min(4, m)
 
 
@@ -164,3 +170,29 @@ def test_stage_recompute_allocates_the_largest_layers_rebuilt_activations() -> N
     block_allocs = {op.bytes for ops in block_program.ranks for op in ops
                     if isinstance(op, Alloc) and op.name.startswith("rec:")}
     assert block_allocs == {rebuilt[b] for b in rebuilt if rebuilt[b] > 0}
+
+
+@pytest.mark.parametrize("granularity", ["block", "stage"])
+@pytest.mark.parametrize("recompute", ["none", "full"])
+def test_loss_working_set_is_allocated_on_the_head_rank_before_its_backward(granularity: str, recompute: str) -> None:
+    """The cross entropy's transient logit tensors (simgrid.memory.loss_working_bytes) are live once per
+    micro-batch on the rank holding the head, from before its backward (or its stage-wide recompute) until
+    that op ends, while the micro-batch's saved activations still are; no other rank allocates them."""
+    from simgrid.memory import loss_working_bytes
+
+    model = tiny_with_layers(4)
+    layout = Layout(pp=2, global_batch_size=3, cross_entropy="unfused", recompute=recompute)  # type: ignore[arg-type]
+    ranks = build_program(model, layout, granularity=granularity).ranks  # type: ignore[arg-type]
+    # 1 micro-batch x 32 tokens x 256 vocabulary x two fp32 tensors
+    assert loss_working_bytes(model, layout) == 32 * 256 * 8
+    assert not [op for op in ranks[0] if isinstance(op, Alloc) and op.name.startswith("loss:")]
+    ops = ranks[1]
+    allocs = [i for i, op in enumerate(ops) if isinstance(op, Alloc) and op.name.startswith("loss:")]
+    assert len(allocs) == 3 and all(ops[i].bytes == 32 * 256 * 8 for i in allocs)  # type: ignore[attr-defined]
+    for i in allocs:
+        following = ops[i + 1]
+        assert isinstance(following, Compute) and following.kind in ("B", "R")
+        assert isinstance(ops[i + 2], Free) and ops[i + 2].name == ops[i].name  # type: ignore[attr-defined]
+    if recompute == "none":  # the peak is the last micro-batch's loss backward, on top of what it saved
+        peak = replay_peaks(ops)["activations"]
+        assert peak == replay_peaks(_saved_only(ops))["activations"] + 32 * 256 * 8

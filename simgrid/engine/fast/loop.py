@@ -48,9 +48,8 @@ _HANDLE_TYPES = (Send, Recv, Collective, Transfer)
 
 # Indices into a communication record (a list: cheaper to make than an object, one per comm op).
 _C_RANK, _C_OP, _C_STREAM, _C_SEQ, _C_START, _C_END, _C_DONE = range(7)
-# Indices into a stream record: [busy, queue of records (None until one queues), collectives posted on it,
-# then, on a peer's stream, the bytes and seconds of the last send and of the last receive it started].
-_S_BUSY, _S_QUEUE, _S_POSTED, _S_SEND_BYTES, _S_SEND_S, _S_RECV_BYTES, _S_RECV_S = range(7)
+# Indices into a stream record: [busy, queue of records (None until one queues), collectives posted on it].
+_S_BUSY, _S_QUEUE, _S_POSTED = range(3)
 
 
 class UnsupportedProgram(SimulationError):
@@ -244,21 +243,10 @@ class FastLoop:
                 duration = collective_s(op)
             elif t is Transfer:
                 duration = transfer_s(op, members[0][_C_RANK].rank)
-            else:  # the seconds of the stream's last transfer the same way and size, else the cost model's
-                first = members[0]
-                stream = first[_C_STREAM]
-                nbytes = op.bytes
-                if t is Send:
-                    if stream[_S_SEND_BYTES] == nbytes:
-                        duration = stream[_S_SEND_S]
-                    else:
-                        duration = stream[_S_SEND_S] = p2p_s(nbytes, first[_C_RANK].rank, op.peer)
-                        stream[_S_SEND_BYTES] = nbytes
-                elif stream[_S_RECV_BYTES] == nbytes:
-                    duration = stream[_S_RECV_S]
-                else:
-                    duration = stream[_S_RECV_S] = p2p_s(nbytes, op.peer, first[_C_RANK].rank)
-                    stream[_S_RECV_BYTES] = nbytes
+            elif t is Send:  # DurationCache.p2p memoises by (bytes, source, destination)
+                duration = p2p_s(op.bytes, members[0][_C_RANK].rank, op.peer)
+            else:
+                duration = p2p_s(op.bytes, op.peer, members[0][_C_RANK].rank)
             at = now + duration
             events = due.get(at)
             if events is None:
@@ -376,7 +364,7 @@ class FastLoop:
                         )
                     stream = streams.get(key)
                     if stream is None:
-                        stream = streams[key] = [False, None, 0, -1, 0.0, -1, 0.0]
+                        stream = streams[key] = [False, None, 0]
                     if t is Collective:  # its place in the group's call sequence: streams are per group
                         seq = stream[_S_POSTED]
                         stream[_S_POSTED] = seq + 1

@@ -17,11 +17,16 @@ Rules (one buffer per compute unit, i.e. per sub-block or per stage, and micro-b
   with I and W). W needs the inputs of every linear layer, which are most of the saved
   activations, so keeping the whole buffer until W is a simple upper bound (Qi et al. 2023, section 3,
   count ZB-H1's activation memory the same way). This is also why ZB-H1's per-rank peak equals 1F1B's.
+* around the backward (B or I; a stage-wide R when the stage recomputes: the loss backward precedes every
+  layer's recompute) of the compute op holding the head: ALLOC before its first such op and FREE after it
+  of the loss working set (:func:`simgrid.memory.loss_working_bytes`: the transient logit-sized
+  tensors of the cross entropy), live while every saved activation of the micro-batch still is.
 """
 
 from __future__ import annotations
 
 from simgrid.ir.ops import Alloc, Compute, Free, Op
+from simgrid.memory.activations import loss_working_bytes
 from simgrid.schedules.lower.context import LoweringContext, Role
 
 
@@ -52,12 +57,25 @@ def add_activation_memory(ctx: LoweringContext, role: Role) -> Role:
     """ALLOC activations after F (and R), FREE them after the backward that releases them."""
     live: set[str] = set()
     kept = ctx.memo["kept_activations"]  # equal for every micro-batch
+    head = 2 * ctx.model.num_layers + 1
+    loss_bytes = loss_working_bytes(ctx.model, ctx.layout)
     for step in role:
         if step.action is None:
             continue
         new_ops: list[Op] = []
-        for op in step.ops:
+        loss_ops = [i for i, op in enumerate(step.ops) if type(op) is Compute and op.kind in ("R", "B", "I")
+                    and op.block_start <= head < op.block_end] if loss_bytes else []
+        # The loss backward runs before any layer's recompute: a stage-wide R holding the head carries it
+        # (freed before the R's rebuilt layer is allocated), else the head's B or I ops do.
+        first = step.ops[loss_ops[0]] if loss_ops else None
+        loss_last = loss_ops[0] if isinstance(first, Compute) and first.kind == "R" else (loss_ops or [-1])[-1]
+        for i, op in enumerate(step.ops):
+            if loss_ops and i == loss_ops[0]:
+                new_ops.append(Alloc(name=f"loss:s{step.action.stage}:m{step.action.microbatch}", bytes=loss_bytes,
+                                     category="activations"))
             new_ops.append(op)
+            if i == loss_last:
+                new_ops.append(Free(name=f"loss:s{step.action.stage}:m{step.action.microbatch}"))
             if type(op) is not Compute:
                 continue
             if op.kind == "F":

@@ -89,6 +89,8 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
     attention_shape = (0, 0, 0)
     for block in range(start, end):
         c = ctx.cost(block)
+        if kind == "R" and c.recompute_flops <= 0:
+            continue  # a block that recomputes nothing gets no R at block granularity either (add_recompute)
         f, b, k, a, lists = _block_numbers(c, kind)
         flops, hbm, kernels, fused = flops + f, hbm + b, kernels + k, fused + a
         for gemms in lists:

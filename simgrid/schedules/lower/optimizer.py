@@ -28,7 +28,7 @@ import math
 
 from simgrid.ir.ops import Alloc, Collective, Compute, Free, Op, Transfer, Wait
 from simgrid.layout.mesh import Mesh
-from simgrid.layout.spec import Layout
+from simgrid.layout.spec import FP32_BYTES, Layout
 from simgrid.schedules.lower.context import LoweringContext, Role
 from simgrid.schedules.lower.moe import expert_param_sync
 from simgrid.schedules.lower.param_gather import bucket_param_bytes, gather_collective, gathers_overlapped
@@ -46,7 +46,6 @@ OPTIMIZER_FLOPS_PER_PARAM: dict[str, int] = {
 """Floating-point operations of one optimizer update per parameter."""
 
 GRAD_SYNC_PURPOSES = ("dp-grad", "zero-grad", "ps-reduce")
-FP32_BYTES = 4
 EMBED_GROUP_PREFIX = "embed/"
 
 
