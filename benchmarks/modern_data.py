@@ -234,10 +234,10 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
         model=f"megatron-h100-{size}", seq_length=4096, dp=48, tp=tp, pp=pp, zero=1, zero_impl="megatron",
         micro_batch=1, global_batch=gbs, sequence_parallel=tp > 1, tp_comm_overlap=tp > 1,
         overlap_param_gather=True,
-        # bf16 => fp32 gradient accumulation and reduce-scatter: Megatron-LM forces
-        # accumulate_allreduce_grads_in_fp32 = True for bf16 (megatron/training/arguments.py, core_r0.8.0) and
-        # Megatron-Core's DDP grad buffers are then torch.float (core/distributed/distributed_data_parallel.py).
-        reduce_dtype="fp32",
+        # fp16, as every GPT training script in the repository at the table's commit passes (see A1). Megatron-LM
+        # forces fp32 gradient accumulation and reduce only for bf16 (megatron/training/arguments.py lines
+        # 302-305 at f2e5db4), so with fp16 the DDP grad buffers and their reduce-scatter stay 16-bit.
+        precision="fp16",
         metric="model_tflops_per_gpu",
         published=tflops, published_text=f"{tflops} per-GPU teraFLOP/s",
         conversion="tokens/s/GPU = TFLOP/s * 1e12 * GPUs * s * B / Megatron-Core r0.8.0 FLOPs of one step "
@@ -245,9 +245,12 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
         recipe="GPT, V = 131072, s = 4096; --overlap-grad-reduce --overlap-param-gather (distributed "
                "optimizer), --tp-comm-overlap, pipeline communication overlapped; throughput end to end",
         assumed=(
-            "precision: 16-bit, bf16 assumed (the MFU column is TFLOP/s over the 989 TFLOP/s dense 16-bit "
-            "peak, confirmed by the maintainers in NVIDIA/Megatron-LM issue 1276); with bf16, Megatron-LM's fp32 "
-            "gradient buffers and reduce-scatter (reduce_dtype fp32; no --grad-reduce-in-bf16 stated)",
+            "precision: 16-bit, not stated (the MFU column is TFLOP/s over the 989 TFLOP/s dense 16-bit peak, "
+            "'either fp16 or bfloat16' per the maintainers in NVIDIA/Megatron-LM issue 1276); fp16 assumed: the "
+            "GPT-3 example at the table's commit (examples/gpt3/train_gpt3_175b_distributed.sh, f2e5db4) passes "
+            "--fp16, as issue 1276's asker reports every training script does; Megatron-LM then keeps 16-bit "
+            "gradient buffers and reduce-scatter (fp32 accumulation is forced only for bf16). Loss scaling's "
+            "unscale and inf check over the 1/dp optimizer shard are not priced",
             "micro-batch 1, plain 1F1B (no virtual stages), no activation recompute: not stated",
             "fused (TE) attention; sequence parallelism with tp > 1 (--tp-comm-overlap requires it)",
             "ZeRO-1 (the distributed optimizer --overlap-param-gather needs); cluster: DGX H100 with NDR "

@@ -186,14 +186,15 @@ _DEV_GROUPS: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
      "modelled, Layout.bucket_policy / overlap_param_gather): what stays optimistic here is compute the model "
      "does not see (GEMM kernels below the best-shape efficiency for these shapes, launch gaps at micro-batch 1)"),
     ("Megatron-Core H100, tp > 1", lambda r: r.row.startswith("megatron-h100") and " tp" in r.layout,
-     "simulated with --tp-comm-overlap (Transformer Engine's chunked overlap, Layout.tp_comm_overlap), which "
-     "hides most of the tensor-parallel time; still pessimistic: the ZeRO-1 gradient reduce-scatter (fp32 "
-     "gradients, Megatron's bf16 default: 4 bytes each) stays "
-     "partly exposed: with 4 micro-batches per data-parallel rank only the last one's backward can hide it (the "
-     "parameter all-gather runs beside the next step's first forward, --overlap-param-gather, Megatron-Core's "
-     "buckets). The GEMM chunks (tokens / tp rows for the ring exchange, tokens / 4 for the pipelined "
-     "reduce-scatter) quantise badly on 128 x 256 tiles (512 x 9216 x 18432: 144 tiles on 132 SMs, two waves); "
-     "stream-K on the H100 profile prices them at about 1.1 waves instead"),
+     "simulated with --tp-comm-overlap (Transformer Engine's chunked overlap, Layout.tp_comm_overlap), "
+     "--overlap-param-gather and Megatron-Core's buckets, in fp16 (the repository's GPT scripts pass --fp16; "
+     "16-bit gradients). Where each data-parallel group has one GPU per node (tp 8) the ZeRO-1 gradient "
+     "reduce-scatter and the parameter all-gather go through one 400 Gb/s NIC per GPU, and only the last of 4 "
+     "micro-batches' backward and the first forward can hide them. The 32B row is the outlier: even with no "
+     "exposed communication its modelled compute would be slower than the published step. Its ring-exchange "
+     "GEMM chunks are 512 tokens tall, which the tile model prices at 250-450 TFLOP/s (stream-K's fixup "
+     "charged at HBM rather than L2 bandwidth, no thread-block-cluster multicast), the likeliest pessimism, "
+     "unmeasured"),
     ("torchtitan H100", lambda r: r.row.startswith("titan-") and not r.row.startswith("titan-a100"),
      "simulated on the Grand Teton profile (96 GB HBM2e at 2.4 TB/s, 500 W), with per-op selective "
      "checkpointing (recompute 'selective-op') and FSDP2's fp32 gradient reduce-scatter; the 500 W sustained "

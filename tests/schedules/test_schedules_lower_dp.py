@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from itertools import pairwise
 
 import pytest
 from schedule_helpers import TINY, replay_peaks
@@ -158,12 +159,12 @@ def test_stage_granularity_cuts_the_last_backward_at_bucket_edges_and_issues_eac
     pieces = [op for op in ops if isinstance(op, Compute) and op.kind in ("R", "B") and op.microbatch == last]
     backward = [op for op in pieces if op.kind == "B"]
     assert [op.block_start for op in backward] == [min(b.blocks) for b in buckets]
-    for prev, op in zip(pieces, pieces[1:], strict=False):
+    for prev, op in pairwise(pieces):
         if op.kind == "B" and prev.kind == "R":
             assert (prev.block_start, prev.block_end) == (op.block_start, op.block_end)
     found = _colls(ops, "zero-grad")
     assert [op.label for _, op in found] == [f"s0:bucket{b.index}" for b in buckets]
-    for index, op in found:
+    for index, _ in found:
         producer = ops[index - 1]
         assert isinstance(producer, Compute) and producer.kind == "B" and producer.microbatch == last
     final_backward = max(i for i, op in enumerate(ops) if isinstance(op, Compute) and op.kind == "B")
