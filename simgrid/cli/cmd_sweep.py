@@ -21,6 +21,8 @@ from simgrid.errors import SimgridError
 #: Keys of each ``--json`` entry (the issue's contract), in this order.
 JSON_KEYS = ("dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "cp", "step_time_s", "mfu",
              "peak_memory_bytes")
+#: Overlap switches (their flag's dest and table column) whose JSON key appears when the flag is not ``off``.
+SWITCH_FLAGS = ("tp_comm_overlap", "overlap_param_gather")
 
 EPILOG = """\
 examples:
@@ -28,6 +30,8 @@ examples:
       --recompute full --mbs 1,2 --top 10 --out sweep.csv
   simgrid sweep --model llama2-7b --cluster dgx-a100-hdr --gpus 64 --gbs 256 --tp 2,4 --pp 1,2 \\
       --schedule 1f1b,interleaved-1f1b,dualpipev --sequence-parallel both
+  simgrid sweep --model llama2-7b --cluster dgx-h100-ndr --gpus 64 --gbs 256 --zero 1 \
+      --sequence-parallel on --tp-comm-overlap both --overlap-param-gather both
   simgrid sweep --model llama2-7b --cluster dgx-a100-hdr --gpus 64 --gbs 256 --tp 2 --json
   simgrid sweep --model gpt3-175b --cluster dgx-a100-hdr --gpus 1024 --gbs 1536 --backend ray --address auto
   simgrid plot sweep.csv --kind heatmap --out heatmap.png
@@ -105,7 +109,9 @@ def run(args: argparse.Namespace) -> int:
             result.table.to_csv(temp, index=False)
     shown = result.table.head(args.top)
     if args.json:
-        print_json([{k: _json_value(row[k]) for k in JSON_KEYS} for row in shown.to_dict("records")])
+        # A searched overlap switch joins the keys, so rows that differ only in it can be told apart.
+        keys = JSON_KEYS + tuple(k for k in SWITCH_FLAGS if getattr(args, k) != "off")
+        print_json([{k: _json_value(row[k]) for k in keys} for row in shown.to_dict("records")])
         return 0
     print(f"{model.name} on {args.gpus} GPUs of {args.cluster}, global batch {args.gbs}, "
           f"seq {model.seq_length}; constraints: {constraints.describe()}")
@@ -181,7 +187,8 @@ def constraints_from_args(args: argparse.Namespace) -> Any:
         zero_stages=args.zero or ZERO_STAGES,
         recompute=args.recompute or SEARCHED_RECOMPUTE, max_mbs=args.max_mbs, micro_batch_sizes=args.mbs,
         max_vpp=args.max_vpp, vpps=args.vpp, allow_tp_across_nodes=args.tp_across_nodes, sequence_parallel=sp,
-        flash_attention=flash, allow_uneven_stages=args.uneven_stages, context_parallel=args.cp or (1,),
+        flash_attention=flash, tp_comm_overlap=switch[args.tp_comm_overlap],
+        overlap_param_gather=switch[args.overlap_param_gather], allow_uneven_stages=args.uneven_stages, context_parallel=args.cp or (1,),
         expert_parallel=getattr(args, "ep", None), expert_tensor_parallel=getattr(args, "etp", None),
         recipe=tuple(sorted(fixed_recipe_from_args(args).items())),
     )
@@ -189,21 +196,26 @@ def constraints_from_args(args: argparse.Namespace) -> Any:
 
 
 def format_table(df: Any) -> str:
-    """The ranked rows as a fixed-width text table."""
+    """The ranked rows as a fixed-width text table; the recompute column also names the switches a row has on
+    (sp: sequence parallel, tpo: TP comm overlap, fa: FlashAttention, opg: overlapped param gather)."""
+    rows = df.to_dict("records")
+    switches = [(" sp" if row.get("sequence_parallel") else "") + (" tpo" if row.get("tp_comm_overlap") else "")
+                + (" fa" if row.get("flash_attention") else "") + (" opg" if row.get("overlap_param_gather") else "")
+                for row in rows]
+    width = max([13, *(len(row["recompute"] + sp) for row, sp in zip(rows, switches, strict=True))])
     with_cp = "cp" in df and bool((df["cp"] > 1).any())  # the column appears once context parallelism does
     with_ep = "ep" in df and bool((df["ep"] > 1).any() or (df["etp"] != df["tp"]).any())  # and expert parallelism
     header = (f"{'#':>3} {'dp':>5} {'tp':>3} {'pp':>3} " + (f"{'cp':>3} " if with_cp else "")
               + (f"{'ep':>3} {'etp':>3} " if with_ep else "")
               + f"{'vpp':>3} {'zero':>4} {'mbs':>3} {'schedule':<16} "
-              f"{'recompute':<13} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'memory GiB':>10} fits")
+              f"{'recompute':<{width}} {'step s':>9} {'tokens/s':>11} {'MFU':>6} {'memory GiB':>10} fits")
     lines = [header, "-" * len(header)]
-    for i, row in enumerate(df.to_dict("records"), start=1):
-        sp = (" sp" if row.get("sequence_parallel") else "") + (" fa" if row.get("flash_attention") else "")
+    for i, (row, sp) in enumerate(zip(rows, switches, strict=True), start=1):
         cp = f"{row['cp']:>3} " if with_cp else ""
         cp += f"{row['ep']:>3} {row['etp']:>3} " if with_ep else ""
         lines.append(
             f"{i:>3} {row['dp']:>5} {row['tp']:>3} {row['pp']:>3} {cp}{row['vpp']:>3} {row['zero']:>4} "
-            f"{row['mbs']:>3} {row['schedule']:<16} {row['recompute'] + sp:<13} {row['step_time_s']:>9.3f} "
+            f"{row['mbs']:>3} {row['schedule']:<16} {row['recompute'] + sp:<{width}} {row['step_time_s']:>9.3f} "
             f"{row['tokens_per_s']:>11,.0f} {100 * row['mfu']:>5.1f}% {row['peak_memory_bytes'] / 1024**3:>10.1f} "
             f"{'yes' if row['fits'] else 'NO'}"
         )

@@ -98,7 +98,8 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
 
     ``lists=True`` (``simgrid sweep``): the degrees, ``--zero``, ``--mbs``, ``--schedule`` and
     ``--recompute`` take comma-separated lists of values to try and default to "search them all";
-    ``--sequence-parallel`` and ``--flash-attention`` also take ``off``, ``on`` or ``both``.
+    ``--sequence-parallel``, ``--flash-attention``, ``--tp-comm-overlap`` and ``--overlap-param-gather`` also
+    take ``off``, ``on`` or ``both``.
     """
     g = parser.add_argument_group("layout" + (" (comma-separated lists: values to try)" if lists else ""))
 
@@ -150,7 +151,12 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
     choice(("--recompute",), RECOMPUTE_POLICIES, "none", "activation recompute")
     switch("--sequence-parallel", "Megatron sequence parallelism (tp > 1)")
     switch("--flash-attention", "fused attention core (FlashAttention): no s x s scores in HBM or activations")
-    if not lists:  # a search would need it per layout (tp > 1 with sequence parallelism): not offered there
+    if lists:  # a search sets them only where they apply; the other layouts keep them off
+        switch("--tp-comm-overlap", "Megatron-Core --tp-comm-overlap, tried on layouts with tp > 1 and sequence "
+                                    "parallelism")
+        switch("--overlap-param-gather", "Megatron-Core --overlap-param-gather, tried on ZeRO-1 layouts with "
+                                         "overlapped gradient reduce")
+    else:
         g.add_argument("--tp-comm-overlap", action="store_true",
                        help="Megatron-Core --tp-comm-overlap: Transformer Engine overlaps the sequence-parallel "
                             "all-gathers / reduce-scatters with their GEMMs in chunks (needs tp > 1 and "

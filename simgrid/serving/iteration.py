@@ -18,9 +18,11 @@ layer, on one tensor-parallel rank of one pipeline stage:
   iteration and is bound by HBM (Pope et al., "Efficiently Scaling Transformer Inference", MLSys 2023,
   section 3). The HBM rate is the profile's ``hbm_bandwidth * hbm_efficiency`` (a measured streaming
   fraction, e.g. 0.87 on A100; each profile's ``[sources]`` says where it comes from).
-* The attention core takes ``max(pairs * FLOPs per pair / (peak * fused attention efficiency), KV bytes
-  read and written / HBM rate)``: a decode token attends to its whole cached context, so it reads the
-  sequence's K and V once per layer (FlashDecoding/PagedAttention); a prefill chunk is compute-bound.
+* The attention core takes ``max(pairs * FLOPs per pair / FlashAttention speed, KV bytes read and written /
+  HBM rate)``: a decode token attends to its whole cached context, so it reads the sequence's K and V once
+  per layer (FlashDecoding/PagedAttention); a prefill chunk is compute-bound. The speed is the GPU profile's
+  FlashAttention table at each prompt chunk's shape (``(new tokens, keys, head dim)``), or its flat fused
+  attention efficiency where it has no table (:meth:`IterationCostModel._core_s`).
   ``pairs`` counts causal (query, key) pairs exactly, ``q * k + q (q + 1) / 2`` for ``q`` new tokens after
   ``k`` cached ones.
 * Element-wise kernels (norms, rotary, residual adds, activation) cost their bytes at the HBM rate and
@@ -50,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from simgrid.costs import collective_time_s, gemm_time_s, memory_time_s, p2p_time_s
+from simgrid.costs.attention import TABLE_DTYPES, attention_table
 from simgrid.costs.compute import fused_attention_time_s
 from simgrid.errors import ModelError
 from simgrid.hardware import GPUSpec
@@ -62,6 +65,7 @@ from simgrid.model import (
     local_vocab,
     stage_layers,
 )
+from simgrid.model.flops import causal_tile_fraction
 from simgrid.model.params import word_embedding_params
 from simgrid.model.spec import ModelSpec
 from simgrid.serving.insitu import InSituCosts
@@ -90,19 +94,30 @@ class BatchShape:
     """Sum over sequences of the tokens in the cache after this iteration (K/V read per layer)."""
     sampled: int
     """Sequences that produce an output token this iteration (their logits are computed)."""
+    chunks: tuple[tuple[int, int], ...] = ()
+    """``(new tokens, keys)`` of each sequence with more than one new token (a prompt or a prompt chunk:
+    ``keys`` = cached + new), whose attention core is priced at its own shape; the rest of ``pairs`` belongs
+    to single-token queries (decodes)."""
 
 
 def chunk_shape(new_tokens: int, cached_tokens: int, *, sampled: bool) -> BatchShape:
     """One sequence's share: ``new_tokens`` after ``cached_tokens`` already in its cache."""
     pairs = new_tokens * cached_tokens + new_tokens * (new_tokens + 1) // 2
-    return BatchShape(tokens=new_tokens, pairs=pairs, context_tokens=cached_tokens + new_tokens,
-                      sampled=1 if sampled else 0)
+    keys = cached_tokens + new_tokens
+    return BatchShape(tokens=new_tokens, pairs=pairs, context_tokens=keys, sampled=1 if sampled else 0,
+                      chunks=((new_tokens, keys),) if new_tokens > 1 else ())
 
 
 def combine(shapes: Sequence[BatchShape]) -> BatchShape:
     """The shape of a batch of sequences."""
     return BatchShape(tokens=sum(s.tokens for s in shapes), pairs=sum(s.pairs for s in shapes),
-                      context_tokens=sum(s.context_tokens for s in shapes), sampled=sum(s.sampled for s in shapes))
+                      context_tokens=sum(s.context_tokens for s in shapes), sampled=sum(s.sampled for s in shapes),
+                      chunks=tuple(c for s in shapes for c in s.chunks))
+
+
+def chunk_pairs(new_tokens: int, keys: int) -> int:
+    """Causal (query, key) pairs of ``new_tokens`` queries that end a sequence of ``keys`` tokens."""
+    return new_tokens * (keys - new_tokens) + new_tokens * (new_tokens + 1) // 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,6 +187,8 @@ class IterationCostModel:
         base = replica * layout.gpus_per_replica
         self.stage_ranks = [tuple(base + p * layout.tp + i for i in range(layout.tp)) for p in range(layout.pp)]
         self.stages = [self._stage(p) for p in range(layout.pp)]
+        self._table = _has_attention_table(self.gpu, self.act_dtype)
+        """Whether the GPU's FlashAttention table prices the attention core (:meth:`_core_s`)."""
         self._comm_cache: dict[tuple[str, tuple[int, ...], int, int], float] = {}
         self._hop_cache: dict[tuple[int, int], float] = {}
         self._gemm_cache: dict[tuple[int, int, int], float] = {}
@@ -219,6 +236,7 @@ class IterationCostModel:
         other = copy.copy(self)
         other.gpu = gpu
         other._gemm_cache = {}  # priced on the other GPU
+        other._table = _has_attention_table(gpu, self.act_dtype)
         return other
 
     # -- times -----------------------------------------------------------------------------------------
@@ -277,8 +295,7 @@ class IterationCostModel:
         if gemm is None:
             gemm = self._gemm_cache[(p, t, n)] = self._gemm_s(s, t, n)
         kv_bytes = (batch.context_tokens + t) * s.kv_token_bytes  # read the context, write the new tokens
-        attention = s.layers * max(fused_attention_time_s(batch.pairs * s.pair_flops, gpu, dtype=self.act_dtype),
-                                   memory_time_s(kv_bytes, gpu))
+        attention = s.layers * max(self._core_s(s.pair_flops, batch), memory_time_s(kv_bytes, gpu))
         elementwise_bytes = s.layers * t * s.layer_elementwise_bytes
         if s.first:
             elementwise_bytes += t * s.embed_bytes
@@ -287,6 +304,41 @@ class IterationCostModel:
         tp_comm = sum(self._collective(kind, nbytes, s.ranks, count) for kind, nbytes, count in self.tp_calls(p, batch))
         return {"gemm": gemm, "attention": attention, "elementwise": memory_time_s(elementwise_bytes, gpu),
                 "launch": self.kernels(p, batch) * gpu.kernel_overhead_us * 1e-6, "tp_comm": tp_comm}
+
+    def _core_s(self, pair_flops: float, batch: BatchShape) -> float:
+        """Compute time of one layer's fused attention cores for ``batch`` (FLOPs per pair ``pair_flops``):
+        each prompt chunk at the FlashAttention table's speed for its own shape, the decodes together.
+
+        The profile's table (FlashAttention-2/3 papers) gives a kernel's speed by sequence length and head dim
+        in the papers' FLOP count, half the causal square: the exact causal pairs counted here are that count.
+        :func:`~simgrid.costs.fused_attention_time_s` takes the FLOPs a causal kernel executes (its diagonal
+        tiles whole) and divides them by ``2 causal_tile_fraction(keys)`` to get back to the papers' count, so
+        the pairs go in multiplied by that factor. Without a table (other GPUs, fp32) the profile's flat
+        ``fused_attention_efficiency`` prices the pairs as before.
+
+        A decode is one query against its whole context, ``shape = (1, context, head_dim)``: the table is
+        read at the square of equal area, ``sqrt(context)`` tokens, below its shortest sequence (512) for any
+        context under 262,144 tokens, so the clamp prices it at the 512-token speed. That is a training
+        kernel's speed; a decode core is a matrix-vector product per head that reads the sequence's K and V
+        once (FlashDecoding, PagedAttention), and :meth:`stage_parts` takes the larger of this time and the
+        KV read at the HBM rate: the read is the larger (``heads / kv_heads`` FLOPs per KV byte; its time is 8x
+        this one's or more on A100 for Llama 2 70B's grouped-query attention, ~65x with one KV head per query
+        head), so the clamp does not set decode time. The decodes are priced together at their mean
+        context (exact under the clamp)."""
+        gpu, dtype = self.gpu, self.act_dtype
+        if not self._table:
+            return fused_attention_time_s(batch.pairs * pair_flops, gpu, dtype=dtype)
+        head_dim, total, rest, decodes = self.model.head_dim, 0.0, batch.pairs, batch.tokens
+        for q, keys in batch.chunks:
+            pairs = chunk_pairs(q, keys)
+            rest, decodes = rest - pairs, decodes - q
+            total += fused_attention_time_s(pairs * pair_flops * 2 * causal_tile_fraction(keys), gpu, dtype=dtype,
+                                            shape=(q, keys, head_dim))
+        if rest > 0 and decodes > 0:
+            keys = max(1, round(rest / decodes))
+            total += fused_attention_time_s(rest * pair_flops * 2 * causal_tile_fraction(keys), gpu, dtype=dtype,
+                                            shape=(1, keys, head_dim))
+        return total
 
     def _gemm_s(self, s: _Stage, t: int, n: int) -> float:
         """GEMM seconds of a stage for ``t`` tokens, ``n`` of them sampled through the output layer: each GEMM
@@ -323,3 +375,9 @@ class IterationCostModel:
         breakdown: dict[str, Any] = {k: sum(part[k] for part in parts) for k in parts[0]}
         breakdown["pp_comm"] = sum(hops)
         return IterationTime(stage_s=tuple(sum(part.values()) for part in parts), hop_s=hops, breakdown_s=breakdown)
+
+
+def _has_attention_table(gpu: GPUSpec, dtype: str) -> bool:
+    """True when :func:`~simgrid.costs.fused_attention_time_s` reads ``gpu``'s default kernel table for
+    ``dtype`` given a shape (the rule it applies; otherwise it prices FLOPs at the flat efficiency)."""
+    return attention_table(gpu) is not None and dtype in TABLE_DTYPES

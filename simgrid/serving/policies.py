@@ -131,13 +131,16 @@ class ReplicaQueue:
         """The batch shape of an iteration (:func:`~simgrid.serving.iteration.chunk_shape` summed, inlined:
         this runs once per simulated iteration)."""
         tokens = pairs = context = sampled = 0
+        chunks: list[tuple[int, int]] = []
         for w in works:
             q, k = w.new_tokens, w.seq.cached
             tokens += q
             pairs += q * k + q * (q + 1) // 2
             context += k + q
             sampled += w.samples
-        return BatchShape(tokens=tokens, pairs=pairs, context_tokens=context, sampled=sampled)
+            if q > 1:
+                chunks.append((q, k + q))
+        return BatchShape(tokens=tokens, pairs=pairs, context_tokens=context, sampled=sampled, chunks=tuple(chunks))
 
 
 def _decodes(q: ReplicaQueue, limit: int) -> list[Work]:

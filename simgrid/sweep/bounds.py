@@ -11,11 +11,16 @@ semantics (docs/design.md, "IR semantics") and the lowering passes:
   all-to-alls are issued and waited at once around their compute op (:mod:`simgrid.schedules.lower.tensor_parallel`,
   :mod:`simgrid.schedules.lower.moe`), so the walk cannot pass their WAIT before post time + duration:
   they add serially (only a collective followed at once by its WAIT is counted). Together: an action's ops take at least
-  ``eff`` = compute durations + those collectives' durations.
+  ``eff`` = compute durations + those collectives' durations. With ``tp_comm_overlap`` the actions are lowered
+  by :mod:`simgrid.schedules.lower.tp_overlap` instead: its GEMM chunks are compute ops (each at least its
+  nominal time) and its ring steps and pipelined reduce-scatters run beside them (not waited at once, so
+  not counted); only what it leaves exposed, waited at once, adds serially.
 * The receive that feeds an action is waited before its first op, and the matching send is posted after
   the producing action's last op (:mod:`simgrid.schedules.lower.p2p`), so the consumer starts at least
   one point-to-point duration after the producer ends (0 for stages on the same rank).
-* Everything else (ZeRO gathers, gradient sync, optimizer, memory ops) only adds time, and is left out.
+* Everything else (ZeRO gathers, gradient sync, optimizer, memory ops) only adds time, and is left out; with
+  ``overlap_param_gather`` the ZeRO-1 gathers move into the forward as WAITs before their first use, which
+  also only add time.
 
 So the relaxed graph "actions in rank order, producer -> consumer edges weighted by the transfer time,
 nodes weighted by ``eff``" has a longest path no longer than the simulated step. :meth:`BoundModel.dag`
@@ -49,9 +54,10 @@ from simgrid.schedules.lower.compute import action_compute_ops, add_recompute
 from simgrid.schedules.lower.context import LoweringContext, Step
 from simgrid.schedules.lower.moe import add_expert_parallel
 from simgrid.schedules.lower.tensor_parallel import add_context_parallel, add_tensor_parallel
+from simgrid.schedules.lower.tp_overlap import add_overlapped_tensor_parallel
 from simgrid.schedules.pipeline import flatten_order, pipeline_order
 
-COST_FREE_FIELDS = ("dp", "pp", "vpp", "zero", "global_batch_size", "schedule")
+COST_FREE_FIELDS = ("dp", "pp", "vpp", "zero", "global_batch_size", "schedule", "overlap_param_gather")
 """Layout fields no per-block cost (:func:`simgrid.model.block_cost`) reads, beyond whether ``pp > 1`` (the
 tied head's duplicate): layouts equal in every other field share their block costs and action costs."""
 
@@ -244,7 +250,8 @@ class BoundModel:
     # -- shared tables ---------------------------------------------------------------------------
     def _shape(self, layout: Layout) -> _Shape:
         cls = cost_class(layout)
-        key = (cls, layout.pp, layout.vpp, layout.schedule)
+        # zero is cost-free but ZeRO-3 cuts the stages into its gather units (see _make_shape): the units join the key.
+        key = (cls, layout.pp, layout.vpp, layout.schedule, self._zero3_units(layout))
         found = self._shapes.get(key)
         if found is None:
             found = self._shapes[key] = self._make_shape(layout, cls)
@@ -257,8 +264,7 @@ class BoundModel:
         ctx = _SharedContext(self.model, layout, self.granularity, tables)
         # ZeRO-3 over more than one rank cuts a stage-granularity stage into its gather units
         # (LoweringContext.units), so the split depends on it too.
-        zero3_units = layout.zero == 3 and layout.grad_sync_size > 1 and self.granularity == "stage"
-        split_key = (layout.pp, layout.vpp, str(layout.schedule), zero3_units and layout.zero_impl)
+        split_key = (layout.pp, layout.vpp, str(layout.schedule), self._zero3_units(layout))
         split = self._splits.get(split_key)
         if split is None:
             split = self._splits[split_key] = (
@@ -280,6 +286,11 @@ class BoundModel:
             actions.append(found)
         return _Shape(stage_rank=stage_rank, actions=actions, p2p_bytes=ctx.p2p_bytes if layout.pp > 1 else 0,
                       kinds=self._stage_kinds(layout))
+
+    def _zero3_units(self, layout: Layout) -> str | None:
+        """The ZeRO-3 implementation whose gather units cut a stage-granularity stage, or None (no cut)."""
+        cut = layout.zero == 3 and layout.grad_sync_size > 1 and self.granularity == "stage"
+        return layout.zero_impl if cut else None
 
     def _stage_kinds(self, layout: Layout) -> list[frozenset[str]]:
         """Per stage, the kinds of action the schedule runs there, read off an order with pp micro-batches
@@ -319,9 +330,17 @@ def _stage_actions(ctx: LoweringContext, stage: int, pp_rank: int, durations: Du
         assert step.action is not None
         step.ops = action_compute_ops(ctx, step.action)
     role = add_recompute(ctx, role)
-    role = add_tensor_parallel(ctx, role, pp_rank)
-    role = add_context_parallel(ctx, role, pp_rank)
-    role = add_expert_parallel(ctx, role, pp_rank)
+    if ctx.layout.tp_comm_overlap:
+        # The builder's order (simgrid.schedules.build.build_roles): chunked GEMMs with their collectives on
+        # the side. Only a collective waited at once (the I op's exposed reduce-scatter) then adds serially;
+        # the wrapped ones counted as blocking would overstate the step and the bound would not be one.
+        role = add_context_parallel(ctx, role, pp_rank)
+        role = add_expert_parallel(ctx, role, pp_rank)
+        role = add_overlapped_tensor_parallel(ctx, role, pp_rank)
+    else:
+        role = add_tensor_parallel(ctx, role, pp_rank)
+        role = add_context_parallel(ctx, role, pp_rank)
+        role = add_expert_parallel(ctx, role, pp_rank)
     return {kind: _action(step.ops, durations) for kind, step in zip(_KINDS, role, strict=True)}
 
 

@@ -58,6 +58,12 @@ class SweepConstraints:
     """Sequence-parallel settings tried; ``True`` is only tried with tp > 1."""
     flash_attention: tuple[bool, ...] = (False,)
     """FlashAttention settings tried (selective recompute is skipped with it: nothing is left to recompute)."""
+    tp_comm_overlap: tuple[bool, ...] = (False,)
+    """Transformer Engine TP communication overlap settings tried (Megatron-Core ``--tp-comm-overlap``);
+    ``True`` is only tried where it applies (tp > 1 with sequence parallelism), the other layouts keep it off."""
+    overlap_param_gather: tuple[bool, ...] = (False,)
+    """Deferred ZeRO-1 parameter all-gather settings tried (Megatron-Core ``--overlap-param-gather``); ``True``
+    is only tried where it applies (zero = 1 with overlapped gradient reduce), the other layouts keep it off."""
     context_parallel: tuple[int, ...] = (1,)
     """Context-parallel degrees tried (each rank holds ``seq / cp`` tokens; Llama 3's all-gather CP)."""
     expert_parallel: tuple[int, ...] | None = None
@@ -89,6 +95,8 @@ class SweepConstraints:
         _check_choices("recompute", self.recompute, RECOMPUTE_POLICIES)
         _check_choices("sequence_parallel", self.sequence_parallel, (False, True))
         _check_choices("flash_attention", self.flash_attention, (False, True))
+        _check_choices("tp_comm_overlap", self.tp_comm_overlap, (False, True))
+        _check_choices("overlap_param_gather", self.overlap_param_gather, (False, True))
         if not self.context_parallel or not all(_is_positive_int(c) for c in self.context_parallel):
             raise LayoutError(
                 f"sweep constraint context_parallel = {self.context_parallel!r} must be a non-empty tuple of "

@@ -166,6 +166,7 @@ def result_row(layout: Layout, result: Any) -> dict[str, Any]:
         "vpp": layout.vpp, "zero": layout.zero,
         "mbs": layout.micro_batch_size, "schedule": layout.schedule, "recompute": layout.recompute,
         "sequence_parallel": layout.sequence_parallel, "flash_attention": layout.flash_attention,
+        "tp_comm_overlap": layout.tp_comm_overlap, "overlap_param_gather": layout.overlap_param_gather,
     }
     for name in METRIC_COLUMNS:
         row[name] = plain(_field(metrics, name))

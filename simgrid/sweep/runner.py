@@ -42,9 +42,11 @@ if TYPE_CHECKING:
 
 #: Layout columns of the result table, in the order the issue lists them.
 LAYOUT_COLUMNS: tuple[str, ...] = ("dp", "tp", "pp", "vpp", "zero", "mbs", "schedule", "recompute", "cp", "ep", "etp")
+#: Megatron-Core overlap switches a search may try (``--tp-comm-overlap``, ``--overlap-param-gather``).
+SWITCH_COLUMNS: tuple[str, ...] = ("tp_comm_overlap", "overlap_param_gather")
 #: Every column of :attr:`SweepResult.table`.
 RESULT_COLUMNS: tuple[str, ...] = (
-    *LAYOUT_COLUMNS, "sequence_parallel", "flash_attention", *METRIC_COLUMNS, "exposed_tp_s", "exposed_cp_s",
+    *LAYOUT_COLUMNS, "sequence_parallel", "flash_attention", *SWITCH_COLUMNS, *METRIC_COLUMNS, "exposed_tp_s", "exposed_cp_s",
     "exposed_ep_s", "exposed_pp_s", "exposed_dp_s",
 )
 #: Memory categories of a :class:`simgrid.memory.MemoryEstimate` breakdown.
@@ -258,7 +260,7 @@ def sweep_layouts(
     # Rows arrive batch by batch, and batches depend on the worker count: order them by layout first so
     # that layouts tied in every ranking key keep one order whatever the backend.
     rows = sorted(outcome.rows, key=lambda r: tuple(str(r[c]) for c in (*LAYOUT_COLUMNS, "sequence_parallel",
-                                                                          "flash_attention")))
+                                                                          "flash_attention", *SWITCH_COLUMNS)))
     return SweepResult(
         table=rank_table(rows, top=top), tried=len(candidates), enumerated=len(candidates),
         memory_dropped=sum(outcome.memory_reasons.values()), memory_reasons=outcome.memory_reasons,
@@ -310,7 +312,8 @@ def describe_layout(layout: Layout) -> str:
         f"vpp={layout.vpp} zero={layout.zero} mbs={layout.micro_batch_size} {layout.schedule} "
         f"recompute={layout.recompute}"
     )
-    return text + (" sp" if layout.sequence_parallel else "") + (" flash" if layout.flash_attention else "")
+    return (text + (" sp" if layout.sequence_parallel else "") + (" tpo" if layout.tp_comm_overlap else "")
+            + (" flash" if layout.flash_attention else "") + (" opg" if layout.overlap_param_gather else ""))
 
 
 # -- helpers ----------------------------------------------------------------------------------------

@@ -124,8 +124,8 @@ def _degree_error(model: ModelSpec, *, dp: int, tp: int, pp: int, cp: int, globa
 
 
 def _recipes(*, dp: int, tp: int, pp: int, cp: int, layers: int, global_batch: int, c: SweepConstraints) -> Any:
-    """Keyword sets (schedule, vpp, zero, micro-batch, recompute, sequence parallel, flash attention) for one
-    triple."""
+    """Keyword sets (schedule, vpp, zero, micro-batch, recompute, sequence parallel, TP comm overlap, flash
+    attention, param-gather overlap) for one triple."""
     if pp == 1:
         schedule_vpps = [("none", 1)]
     else:
@@ -149,23 +149,36 @@ def _recipes(*, dp: int, tp: int, pp: int, cp: int, layers: int, global_batch: i
     else:
         mbs_values = [m for m in range(1, min(c.max_mbs, per_replica) + 1) if per_replica % m == 0]
     sp_values = [sp for sp in c.sequence_parallel if tp > 1 or not sp] or [False]
+    # The two Megatron-Core overlaps apply to some layouts only (Layout's rules): elsewhere they stay off, so
+    # "both" doubles just the layouts where they apply and "on" leaves the others as they were.
+    overlap_grad_reduce = dict(c.recipe).get("overlap_grad_reduce", True)
     for schedule, vpp in schedule_vpps:
         for zero in zero_stages:
+            gather_values = _switch_values(c.overlap_param_gather, zero == 1 and overlap_grad_reduce)
             for mbs in mbs_values:
                 for recompute in c.recompute:
                     for sp in sp_values:
-                        for flash in c.flash_attention:
-                            if flash and recompute == "selective":
-                                continue  # FlashAttention recomputes the core itself (Layout refuses it)
-                            yield {
-                                "schedule": schedule,
-                                "vpp": vpp,
-                                "zero": zero,
-                                "micro_batch_size": mbs,
-                                "recompute": recompute,
-                                "sequence_parallel": sp,
-                                "flash_attention": flash,
-                            }
+                        for tp_overlap in _switch_values(c.tp_comm_overlap, tp > 1 and sp):
+                            for flash in c.flash_attention:
+                                if flash and recompute == "selective":
+                                    continue  # FlashAttention recomputes the core itself (Layout refuses it)
+                                for gather in gather_values:
+                                    yield {
+                                        "schedule": schedule,
+                                        "vpp": vpp,
+                                        "zero": zero,
+                                        "micro_batch_size": mbs,
+                                        "recompute": recompute,
+                                        "sequence_parallel": sp,
+                                        "tp_comm_overlap": tp_overlap,
+                                        "flash_attention": flash,
+                                        "overlap_param_gather": gather,
+                                    }
+
+
+def _switch_values(asked: tuple[bool, ...], applies: bool) -> list[bool]:
+    """The settings of an optional switch to try on one layout: those asked for where it applies, else off."""
+    return list(asked) if applies else [False]
 
 
 def _expert_degrees(model: ModelSpec, stage_ranks: int, tp: int, c: SweepConstraints) -> list[dict[str, Any]]:

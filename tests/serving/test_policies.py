@@ -110,3 +110,20 @@ def test_decodes_count_against_a_chunked_budget() -> None:
         _decoding(q, i, 20)
     assert _plan(schedule_continuous(q, policy="chunked", max_batch=8, token_budget=2)) == [(0, 1, True),
                                                                                               (1, 1, True)]
+
+
+def test_work_shape_lists_each_prompt_chunk_for_the_attention_table() -> None:
+    """An iteration of two decodes and an 8-token chunk after 8 cached prompt tokens: the shape is
+    chunk_shape's sum, and its chunks name (8 new, 16 keys) only; decodes are one-token queries."""
+    from simgrid.serving import chunk_shape, combine
+    from simgrid.serving.policies import Work
+
+    q = _queue()
+    a, b = _decoding(q, 0, 40), _decoding(q, 1, 30)
+    prompt = _seq(2, 20)
+    prompt.cached = 8
+    shape = q.work_shape([Work(a, 1, True), Work(b, 1, True), Work(prompt, 8, False)])
+    expected = combine([chunk_shape(1, 40, sampled=True), chunk_shape(1, 30, sampled=True),
+                        chunk_shape(8, 8, sampled=False)])
+    assert shape == expected
+    assert shape.chunks == ((8, 16),)

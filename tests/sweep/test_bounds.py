@@ -3,7 +3,8 @@
 Admissibility is what makes branch and bound exact: a layout is skipped only when its bound shows it
 cannot enter the best K. Checked here over a few hundred layouts sampled from the searches of several
 models, clusters and GPU counts (every schedule with its interleaving, ZeRO, recompute, sequence
-parallelism, FlashAttention, context parallelism, uneven stages, a MoE model's expert parallelism), with
+parallelism, FlashAttention, TP comm overlap, deferred param gather, context parallelism, uneven stages, a
+MoE model's expert parallelism), with
 the step simulated by
 :func:`simgrid.simulate` exactly as a user would, plus: the cheap bound is below the graph bound, the
 bound is tight enough to prune (within 30% of the step on average), and the costs shared between layouts
@@ -12,6 +13,7 @@ give the same bounds as a fresh computation per layout.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from functools import cache
 from typing import Any
@@ -33,6 +35,7 @@ TINY_LLAMA = ModelSpec(name="tiny-llama", num_layers=6, hidden_size=64, num_head
                        ffn_hidden_size=176, gated_mlp=True, vocab_size=512, seq_length=64, tied_embeddings=False,
                        norm="rmsnorm", position="rope", bias=False)
 EVERYTHING = SweepConstraints(schedules=ALL_PIPELINE_SCHEDULES, sequence_parallel=(False, True), flash_attention=(False, True),
+                              tp_comm_overlap=(False, True), overlap_param_gather=(False, True),
                               context_parallel=(1, 2), allow_uneven_stages=True, max_mbs=2, max_vpp=3)
 SEARCHES: tuple[tuple[ModelSpec, str, int, int], ...] = (
     (get_model("tiny-gpt"), "dgx-a100-hdr", 16, 32),
@@ -88,9 +91,10 @@ def test_bounds_never_exceed_the_simulated_step() -> None:
             covered |= {str(layout.schedule), f"zero{layout.zero}", f"rc-{layout.recompute}"}
             covered |= {n for n, on in (("cp", layout.cp > 1), ("sp", layout.sequence_parallel),
                                         ("flash", layout.flash_attention), ("ep", layout.ep > 1),
+                                        ("tpo", layout.tp_comm_overlap), ("opg", layout.overlap_param_gather),
                                         ("etp", layout.expert_tp > 1)) if on}
     assert {*ALL_PIPELINE_SCHEDULES, "none", "zero0", "zero1", "zero3",
-            "rc-none", "rc-selective", "rc-full", "cp", "sp", "flash", "ep", "etp"} <= covered
+            "rc-none", "rc-selective", "rc-full", "cp", "sp", "flash", "ep", "etp", "tpo", "opg"} <= covered
     assert sum(ratios) / len(ratios) > 0.7
 
 
@@ -116,3 +120,18 @@ def test_shared_costs_give_the_bounds_of_a_fresh_computation(search: tuple[Model
     for layout, pair in random.Random(5).sample(list(zip(layouts, together, strict=True)), 60):
         fresh = _bound_model(model, cluster)
         assert (fresh.quick(layout), fresh.dag(layout)) == pair, layout
+
+
+@pytest.mark.parametrize("cluster_name", ["dgx-h100-ndr", "dgx-a100-hdr"])
+def test_tp_comm_overlap_bound_is_below_the_overlapped_step(cluster_name: str) -> None:
+    """With tp_comm_overlap the bound lowers the actions the way the program builder does (GEMM chunks with
+    their collectives beside them): llama2-7b at tp 8 hides enough TP communication that the bound of the
+    same layout without the overlap (every TP collective serial) is above the overlapped step, so that
+    bound would prune layouts that belong in the best K."""
+    model, cluster = get_model("llama2-7b"), _cluster(cluster_name, 8)
+    bounds = _bound_model(model, cluster)
+    layout = Layout(dp=1, tp=8, global_batch_size=8, micro_batch_size=1, sequence_parallel=True,
+                    tp_comm_overlap=True, recompute="full", flash_attention=True)
+    step = simulate(model, cluster, layout, granularity="stage").metrics.step_time_s
+    assert bounds.quick(layout) <= bounds.dag(layout) * (1 + 1e-12) <= step * (1 + 1e-12)
+    assert bounds.dag(dataclasses.replace(layout, tp_comm_overlap=False)) > step

@@ -67,6 +67,8 @@ def test_layouts_that_cannot_fit_are_reported_with_the_dominant_category(capsys:
         (["--schedules", "1f1b,warp"], "use a comma-separated subset of"),
         (["--zero", "5"], "use a comma-separated subset of"),
         (["--mbs", "0"], "must be a positive integer"),
+        (["--tp-comm-overlap", "maybe"], "argument --tp-comm-overlap: invalid choice: 'maybe'"),
+        (["--overlap-param-gather", "yes"], "argument --overlap-param-gather: invalid choice: 'yes'"),
     ],
 )
 def test_bad_flags_are_one_line_errors(flags: list[str], match: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -105,3 +107,48 @@ def test_reduce_dtype_and_zero_impl_reach_every_searched_layout(capsys: pytest.C
     assert [e["step_time_s"] for e in fp32] != [e["step_time_s"] for e in default]
     assert main(["sweep", *flags, "--zero", "1,3", "--reduce-dtype", "fp32", "--zero-impl", "fsdp2"]) == 0
     assert any(e["zero"] == 3 for e in json.loads(capsys.readouterr().out))
+
+
+OVERLAPS = ["--model", "tiny-gpt", "--cluster", "dgx-a100-hdr", "--gpus", "4", "--gbs", "8", "--recompute", "none",
+            "--schedules", "1f1b", "--mbs", "2", "--workers", "1", "--exhaustive", "--no-progress"]
+
+
+def test_tp_comm_overlap_both_reaches_the_simulated_layouts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--tp-comm-overlap both simulates an overlapped twin of every tp > 1 layout with sequence parallelism
+    (and only those): the CSV names the setting, the twins' steps differ (TE's chunked pipelines were
+    built), the table marks them "tpo", and the JSON gains the key."""
+    out = tmp_path / "sweep.csv"
+    flags = [*OVERLAPS, "--zero", "0", "--sequence-parallel", "both", "--tp-comm-overlap", "both"]
+    assert main(["sweep", *flags, "--top", "50", "--out", str(out)]) == 0
+    assert " tpo " in capsys.readouterr().out
+    df = pd.read_csv(out)
+    on = df[df["tp_comm_overlap"]]
+    applies = df[(df["tp"] > 1) & df["sequence_parallel"] & ~df["tp_comm_overlap"]]
+    assert len(on) == len(applies) > 0 and ((on["tp"] > 1) & on["sequence_parallel"]).all()
+    keys = ["dp", "tp", "pp", "mbs", "sequence_parallel"]
+    twins = on.merge(df[~df["tp_comm_overlap"]], on=keys, suffixes=("_on", "_off"))
+    assert len(twins) == len(on)
+    assert (twins["step_time_s_on"] != twins["step_time_s_off"]).all()
+    assert main(["sweep", *flags, "--json", "--top", "50"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {e["tp_comm_overlap"] for e in data} == {False, True} and "overlap_param_gather" not in data[0]
+
+
+def test_overlap_param_gather_on_sets_it_on_zero1_layouts_only(tmp_path: Path) -> None:
+    """--overlap-param-gather on turns the deferred gather on for every ZeRO-1 layout and leaves ZeRO 0 as it
+    was (not refused); the ZeRO-1 steps differ from a run with the flag off (small buckets: with one bucket
+    the first forward op waits for the whole gather either way)."""
+    flags = [*OVERLAPS, "--zero", "0,1", "--dp", "2,4", "--bucket-mb", "0.05"]
+    on_csv, off_csv = tmp_path / "on.csv", tmp_path / "off.csv"
+    assert main(["sweep", *flags, "--overlap-param-gather", "on", "--out", str(on_csv)]) == 0
+    assert main(["sweep", *flags, "--out", str(off_csv)]) == 0
+    on, off = pd.read_csv(on_csv), pd.read_csv(off_csv)
+    assert len(on) == len(off)
+    assert (on["overlap_param_gather"] == (on["zero"] == 1)).all() and (on["zero"] == 1).any()
+    assert not off["overlap_param_gather"].any()
+    keys = ["dp", "tp", "pp", "zero", "mbs"]
+    pairs = on.merge(off, on=keys, suffixes=("_on", "_off"))
+    zero1 = pairs[pairs["zero"] == 1]
+    assert (zero1["step_time_s_on"] != zero1["step_time_s_off"]).all()
+    zero0 = pairs[pairs["zero"] == 0]
+    assert (zero0["step_time_s_on"] == zero0["step_time_s_off"]).all()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from simgrid.errors import LayoutError
-from simgrid.layout import check_layout
+from simgrid.layout import Layout, check_layout
 from simgrid.model.spec import ModelSpec
 from simgrid.sweep import SweepConstraints, enumerate_layout_space, enumerate_layouts
 
@@ -178,3 +180,61 @@ def test_bad_context_parallel_constraint_names_the_field() -> None:
     """An empty or non-positive list of cp degrees is refused with the field's name."""
     with pytest.raises(LayoutError, match=r"context_parallel = \(\) must be a non-empty tuple"):
         SweepConstraints(context_parallel=())
+
+
+def _without(layout: Layout, *fields: str) -> Layout:
+    return dataclasses.replace(layout, **dict.fromkeys(fields, False))
+
+
+def test_tp_comm_overlap_both_doubles_only_layouts_with_tp_and_sequence_parallelism() -> None:
+    """tp_comm_overlap=(False, True) adds an overlapped twin of exactly the layouts with tp > 1 and sequence
+    parallelism; every other layout appears once, with the overlap off (not dropped as invalid)."""
+    base = dict(sequence_parallel=(False, True), zero_stages=(0, 1), max_mbs=2)
+    off = enumerate_layout_space(SMALL, 4, gpus=4, global_batch=8, constraints=SweepConstraints(**base))
+    both = enumerate_layout_space(SMALL, 4, gpus=4, global_batch=8,
+                                  constraints=SweepConstraints(**base, tp_comm_overlap=(False, True)))
+    applies = [lay for lay in off.layouts if lay.tp > 1 and lay.sequence_parallel]
+    assert applies and len(applies) < len(off.layouts)
+    assert len(both.layouts) == len(off.layouts) + len(applies)
+    overlapped = [lay for lay in both.layouts if lay.tp_comm_overlap]
+    assert sorted(map(str, (_without(lay, "tp_comm_overlap") for lay in overlapped))) == sorted(map(str, applies))
+    assert both.invalid == off.invalid  # nothing invalid was built: the overlap is off where it cannot apply
+
+
+def test_tp_comm_overlap_on_sets_it_where_valid_and_leaves_the_rest() -> None:
+    """tp_comm_overlap=(True,) turns it on for every tp > 1 layout with sequence parallelism and keeps the
+    others (tp 1, no SP) as they were, overlap off."""
+    base = dict(sequence_parallel=(False, True), max_mbs=2)
+    off = enumerate_layouts(SMALL, 4, gpus=4, global_batch=8, constraints=SweepConstraints(**base))
+    on = enumerate_layouts(SMALL, 4, gpus=4, global_batch=8,
+                           constraints=SweepConstraints(**base, tp_comm_overlap=(True,)))
+    assert len(on) == len(off)
+    for lay in on:
+        assert lay.tp_comm_overlap == (lay.tp > 1 and lay.sequence_parallel)
+    assert [_without(lay, "tp_comm_overlap") for lay in on] == off
+
+
+def test_overlap_param_gather_is_tried_on_zero1_with_overlapped_grad_reduce_only() -> None:
+    """overlap_param_gather=(False, True) doubles the ZeRO-1 layouts (dp > 1) only; with the recipe's
+    overlap_grad_reduce off (Megatron's rule) nothing is doubled and every layout keeps it off."""
+    base = dict(zero_stages=(0, 1, 2, 3), max_mbs=2)
+    off = enumerate_layouts(SMALL, 4, gpus=4, global_batch=8, constraints=SweepConstraints(**base))
+    both = enumerate_layouts(SMALL, 4, gpus=4, global_batch=8,
+                             constraints=SweepConstraints(**base, overlap_param_gather=(False, True)))
+    zero1 = [lay for lay in off if lay.zero == 1]
+    assert zero1 and len(both) == len(off) + len(zero1)
+    assert {lay.zero for lay in both if lay.overlap_param_gather} == {1}
+    no_overlap = dict(base, recipe=(("overlap_grad_reduce", False),))
+    plain = enumerate_layouts(SMALL, 4, gpus=4, global_batch=8, constraints=SweepConstraints(**no_overlap))
+    tried = enumerate_layouts(SMALL, 4, gpus=4, global_batch=8,
+                              constraints=SweepConstraints(**no_overlap, overlap_param_gather=(False, True)))
+    assert tried == plain and not any(lay.overlap_param_gather for lay in tried)
+
+
+@pytest.mark.parametrize("name", ["tp_comm_overlap", "overlap_param_gather"])
+def test_bad_overlap_switch_constraints_name_the_field(name: str) -> None:
+    """The switches take a non-empty tuple of booleans, like sequence_parallel."""
+    with pytest.raises(LayoutError, match=rf"sweep constraint {name} has \[1\]"):
+        SweepConstraints(**{name: (1,)})  # type: ignore[arg-type]
+    with pytest.raises(LayoutError, match=rf"sweep constraint {name} = \(\) must be a non-empty tuple"):
+        SweepConstraints(**{name: ()})  # type: ignore[arg-type]
