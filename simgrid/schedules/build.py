@@ -8,7 +8,7 @@ Passes, in order (each in :mod:`simgrid.schedules.lower`, each with its own test
 4. :func:`~.zero3.add_zero3` - ZeRO-3 parameter gathers with prefetch and per-block grad reduce-scatter;
 5. :func:`~.data_parallel.add_overlapped_grad_sync` - DDP all-reduce / PS reduce / ZeRO-1 reduce-scatter
    per bucket on the last micro-batch; :func:`~.data_parallel.add_zero2_grad_sync` - ZeRO-2 per micro-batch;
-6. :func:`~.tensor_parallel.add_tensor_parallel` - Megatron TP collectives around compute ops;
+6. :func:`add_model_parallel_comm`: :func:`~.tensor_parallel.add_tensor_parallel` - Megatron TP collectives around compute ops;
    :func:`~.tensor_parallel.add_context_parallel` - context-parallel K/V all-gathers around attention;
    :func:`~.moe.add_expert_parallel` - dispatch/combine all-to-alls around MoE sub-blocks (placed, like the
    TP collectives, right next to their compute op, so ahead of the gradient syncs of step 5 and of
@@ -70,17 +70,21 @@ def build_roles(ctx: LoweringContext) -> list[Role]:
         role = add_zero2_grad_sync(ctx, role, pp_rank)
         role = add_expert_grad_sync(ctx, role, pp_rank)
         role = add_overlapped_param_gather(ctx, role, pp_rank)
-        if ctx.layout.tp_comm_overlap:
-            # The overlap splits compute ops into GEMM chunks: the passes that wrap whole compute ops go first.
-            role = add_context_parallel(ctx, role, pp_rank)
-            role = add_expert_parallel(ctx, role, pp_rank)
-            role = add_overlapped_tensor_parallel(ctx, role, pp_rank)
-        else:
-            role = add_tensor_parallel(ctx, role, pp_rank)
-            role = add_context_parallel(ctx, role, pp_rank)
-            role = add_expert_parallel(ctx, role, pp_rank)
-        roles.append(role)
+        roles.append(add_model_parallel_comm(ctx, role, pp_rank))
     return add_pipeline_p2p(ctx, roles)
+
+
+def add_model_parallel_comm(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
+    """Pass 6: tensor-, context- and expert-parallel collectives around the compute ops, in the builder's
+    order (the layout search's bounds lower their actions through this too)."""
+    if ctx.layout.tp_comm_overlap:
+        # The overlap splits compute ops into GEMM chunks: the passes that wrap whole compute ops go first.
+        role = add_context_parallel(ctx, role, pp_rank)
+        role = add_expert_parallel(ctx, role, pp_rank)
+        return add_overlapped_tensor_parallel(ctx, role, pp_rank)
+    role = add_tensor_parallel(ctx, role, pp_rank)
+    role = add_context_parallel(ctx, role, pp_rank)
+    return add_expert_parallel(ctx, role, pp_rank)
 
 
 def finish_role(ctx: LoweringContext, role: Role, pp_rank: int, dp: int) -> list[Op]:

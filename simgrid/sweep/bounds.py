@@ -50,11 +50,9 @@ from simgrid.layout.experts import ExpertCoord, expert_coords, expert_rank
 from simgrid.layout.mesh import Mesh
 from simgrid.layout.spec import Layout
 from simgrid.model.spec import ModelSpec
+from simgrid.schedules.build import add_model_parallel_comm
 from simgrid.schedules.lower.compute import action_compute_ops, add_recompute
 from simgrid.schedules.lower.context import LoweringContext, Step
-from simgrid.schedules.lower.moe import add_expert_parallel
-from simgrid.schedules.lower.tensor_parallel import add_context_parallel, add_tensor_parallel
-from simgrid.schedules.lower.tp_overlap import add_overlapped_tensor_parallel
 from simgrid.schedules.pipeline import flatten_order, pipeline_order
 
 COST_FREE_FIELDS = ("dp", "pp", "vpp", "zero", "global_batch_size", "schedule", "overlap_param_gather")
@@ -329,18 +327,10 @@ def _stage_actions(ctx: LoweringContext, stage: int, pp_rank: int, durations: Du
     for step in role:
         assert step.action is not None
         step.ops = action_compute_ops(ctx, step.action)
-    role = add_recompute(ctx, role)
-    if ctx.layout.tp_comm_overlap:
-        # The builder's order (simgrid.schedules.build.build_roles): chunked GEMMs with their collectives on
-        # the side. Only a collective waited at once (the I op's exposed reduce-scatter) then adds serially;
-        # the wrapped ones counted as blocking would overstate the step and the bound would not be one.
-        role = add_context_parallel(ctx, role, pp_rank)
-        role = add_expert_parallel(ctx, role, pp_rank)
-        role = add_overlapped_tensor_parallel(ctx, role, pp_rank)
-    else:
-        role = add_tensor_parallel(ctx, role, pp_rank)
-        role = add_context_parallel(ctx, role, pp_rank)
-        role = add_expert_parallel(ctx, role, pp_rank)
+    # The builder's own pass: with TP overlap, chunked GEMMs with their collectives on the side. Only a
+    # collective waited at once (the I op's exposed reduce-scatter) then adds serially; the wrapped ones
+    # counted as blocking would overstate the step and the bound would not be one.
+    role = add_model_parallel_comm(ctx, add_recompute(ctx, role), pp_rank)
     return {kind: _action(step.ops, durations) for kind, step in zip(_KINDS, role, strict=True)}
 
 
