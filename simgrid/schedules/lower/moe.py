@@ -28,18 +28,10 @@ from simgrid.model.moe import dispatcher_buffer_bytes
 from simgrid.schedules.buckets import Bucket
 from simgrid.schedules.lower.context import LoweringContext, Role
 from simgrid.schedules.lower.data_parallel import insert_after_weight_grads, last_backward_step
-from simgrid.schedules.lower.tensor_parallel import wrap_compute_ops
+from simgrid.schedules.lower.tensor_parallel import comm_phase, wrap_compute_ops
 
 PURPOSE = "ep"
 """Purpose of the dispatch/combine all-to-alls and the expert tensor-parallel gathers."""
-
-
-def _phase(ctx: LoweringContext, op: Compute) -> str | None:
-    if op.kind == "F" or (op.kind == "R" and ctx.layout.recompute == "full"):
-        return "fwd"
-    if op.kind in ("B", "I"):
-        return "bwd"
-    return None
 
 
 def _folded(ctx: LoweringContext, start: int, end: int, phase: str) -> list[tuple[str, str, str, int, int]]:
@@ -62,7 +54,7 @@ def _folded(ctx: LoweringContext, start: int, end: int, phase: str) -> list[tupl
 def expert_collectives(ctx: LoweringContext, op: Compute, groups: dict[str, str]) -> tuple[list[Op], list[Op]]:
     """(ops before, ops after) a compute op: its MoE blocks' EP collectives, each waited at once, inside an
     ALLOC/FREE of the dispatcher buffers. ``groups`` maps ``ep``/``etp`` to this role's group names."""
-    phase = _phase(ctx, op)
+    phase = comm_phase(ctx, op)
     if phase is None:
         return [], []
     found = _folded(ctx, op.block_start, op.block_end, phase)

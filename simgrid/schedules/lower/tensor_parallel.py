@@ -29,7 +29,9 @@ from simgrid.layout.mesh import Mesh
 from simgrid.schedules.lower.context import LoweringContext, Role
 
 
-def _phase(ctx: LoweringContext, op: Compute) -> str | None:
+def comm_phase(ctx: LoweringContext, op: Compute) -> str | None:
+    """Which pass of a block ``op`` runs, as its collectives see it: ``fwd`` (a forward, or a full recompute
+    that reruns it), ``bwd`` (a backward or its input-gradient half), ``None`` (W, a partial recompute)."""
     if op.kind == "F" or (op.kind == "R" and ctx.layout.recompute == "full"):
         return "fwd"
     if op.kind in ("B", "I"):
@@ -66,7 +68,7 @@ def block_collectives(ctx: LoweringContext, op: Compute, group: str, *, comm: st
     """(ops before, ops after) the compute op: each of its blocks' ``comm`` collectives on ``group``,
     followed at once by its WAIT (Megatron's tensor-parallel and Llama 3's context-parallel collectives
     are synchronous)."""
-    phase = _phase(ctx, op)
+    phase = comm_phase(ctx, op)
     if phase is None:
         return [], []
     label_base = f"b{op.block_start}" if ctx.granularity == "block" else f"s{op.stage}"
