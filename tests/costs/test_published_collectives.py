@@ -11,27 +11,18 @@ are far more optimistic than the 8xH200 measurement in shared/reference/hardware
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
+from script_modules import load_benchmark
 
 from simgrid.costs import bus_bandwidth_GBps, collective_time_s
 from simgrid.hardware import load_cluster
 from simgrid.topology import Topology
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "nccl_busbw.py"
-
 
 def _benchmark() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("nccl_busbw_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("nccl_busbw", "nccl_busbw_benchmark")
 
 
 def test_large_messages_match_published_busbw_within_ten_percent() -> None:

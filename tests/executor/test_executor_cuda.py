@@ -6,12 +6,11 @@ machine ``bash benchmarks/gpu_session.sh numerics`` runs this file (docs/gpu_val
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import itertools
-import sys
 from pathlib import Path
 
 import pytest
+from script_modules import load_benchmark
 
 torch = pytest.importorskip("torch")
 
@@ -120,12 +119,7 @@ def test_calibrate_device_writes_a_loadable_profile(tmp_path: Path) -> None:
 def test_gpu_accuracy_benchmark_measures_a_case(capsys: pytest.CaptureFixture[str]) -> None:
     """The accuracy benchmark trains gpt3-125m with the fused core for three steps and prints the measured step
     beside the datasheet prediction."""
-    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_accuracy.py"
-    spec = importlib.util.spec_from_file_location("gpu_accuracy_cuda", script)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = bench
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("gpu_accuracy", "gpu_accuracy_cuda")
     from executor.devices import datasheet_for, default_device, device_name
 
     extra = [] if datasheet_for(device_name(default_device())) else ["--datasheet", "dgx-h100-ndr"]

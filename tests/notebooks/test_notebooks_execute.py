@@ -9,13 +9,12 @@ no outputs committed).
 
 from __future__ import annotations
 
-import importlib.util
 import time
 from pathlib import Path
-from types import ModuleType
 
 import nbformat
 import pytest
+from script_modules import load_script
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 
@@ -25,15 +24,7 @@ CELL_TIMEOUT_S = 240
 """Per-cell limit: generous, since the suite shares two cores; each notebook takes well under a minute alone."""
 
 
-def _load_builder() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_notebooks", NOTEBOOK_DIR / "build_notebooks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-BUILDER = _load_builder()
+BUILDER = load_script(NOTEBOOK_DIR / "build_notebooks.py", "build_notebooks", register=False)
 NAMES: tuple[str, ...] = BUILDER.NOTEBOOK_NAMES
 
 

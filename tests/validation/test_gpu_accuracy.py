@@ -3,13 +3,12 @@ every case's programs, datasheet and calibrated predictions and the tables with 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from script_modules import load_benchmark
 
 torch = pytest.importorskip("torch")
 
@@ -18,17 +17,11 @@ from simgrid.model.presets import get_model  # noqa: E402
 from simgrid.schedules import build_program  # noqa: E402
 from simgrid.trace import TraceRow  # noqa: E402
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_accuracy.py"
 pytestmark = [pytest.mark.torch]
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_accuracy_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_accuracy", "gpu_accuracy_benchmark")
 
 
 def test_cases_span_125m_to_2_7b_with_three_variants() -> None:

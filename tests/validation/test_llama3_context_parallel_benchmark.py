@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "llama3_context_parallel.py"
+from script_modules import load_benchmark
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("llama3_cp_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("llama3_context_parallel", "llama3_cp_benchmark")
 
 
 def test_layouts_use_every_gpu_and_sixteen_million_token_batches() -> None:

@@ -2,25 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+from script_modules import load_benchmark
 
 from simgrid.layout import check_layout
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "moe_megatron.py"
-
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("moe_megatron_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("moe_megatron", "moe_megatron_benchmark")
 
 
 def test_layouts_use_every_gpu_with_the_harness_recipe() -> None:

@@ -7,24 +7,15 @@ published table in shared/reference.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "published.py"
+from script_modules import load_benchmark
 
 
 def _load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("published_benchmark", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve their module by name
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("published", "published_benchmark")
 
 
 published = _load_script()
