@@ -10,7 +10,9 @@ summed (equal shapes merged) and the representative shape of its largest block.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from functools import lru_cache
+from itertools import pairwise
 
 from simgrid.ir.ops import Compute, Op
 from simgrid.model.cost import BlockCost
@@ -122,6 +124,16 @@ def compute_op(ctx: LoweringContext, kind: str, stage: int, microbatch: int, sta
     return Compute(kind=kind, stage=stage, microbatch=microbatch, chunk=ctx.chunk_of(stage),  # type: ignore[arg-type]
                    block_start=start, block_end=end, flops=flops, hbm_bytes=hbm, gemm_mnk=gemm, kernels=kernels,
                    attention_flops=fused, gemms=gemms, attention_shape=shape)
+
+
+def cut_at(ctx: LoweringContext, op: Compute, cuts: Iterable[int]) -> list[Compute]:
+    """``op`` cut at the block indices in ``cuts`` that fall strictly inside it, as ops of its kind in forward
+    order with their blocks' summed costs (``[op]`` when no cut falls inside)."""
+    inner = sorted(c for c in set(cuts) if op.block_start < c < op.block_end)
+    if not inner:
+        return [op]
+    edges = [op.block_start, *inner, op.block_end]
+    return [compute_op(ctx, op.kind, op.stage, op.microbatch, a, b) for a, b in pairwise(edges)]
 
 
 def action_compute_ops(ctx: LoweringContext, action: Action) -> list[Op]:

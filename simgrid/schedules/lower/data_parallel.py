@@ -34,7 +34,7 @@ from itertools import pairwise
 from simgrid.ir.ops import Alloc, Collective, Compute, Free, Op, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.schedules.buckets import Bucket
-from simgrid.schedules.lower.compute import compute_op
+from simgrid.schedules.lower.compute import cut_at
 from simgrid.schedules.lower.context import LoweringContext, Role, Step
 
 SPLIT_KINDS = ("R", "B", "I", "W")
@@ -69,10 +69,9 @@ def last_backward_step(role: Role, stage: int) -> Step:
 def _pieces(ctx: LoweringContext, op: Compute, cuts: list[int]) -> list[Compute | None]:
     """``op`` cut at the block indices in ``cuts`` that fall inside it, in backward order (last blocks first);
     ``None`` for a recompute piece whose blocks recompute nothing (the embedding or the head alone)."""
-    edges = [op.block_start, *(c for c in cuts if op.block_start < c < op.block_end), op.block_end]
-    return [None if op.kind == "R" and not any(ctx.cost(b).recompute_flops > 0 for b in range(a, b_end))
-            else compute_op(ctx, op.kind, op.stage, op.microbatch, a, b_end)
-            for a, b_end in reversed(list(pairwise(edges)))]
+    return [None if piece.kind == "R" and not any(ctx.cost(b).recompute_flops > 0
+                                                  for b in range(piece.block_start, piece.block_end))
+            else piece for piece in reversed(cut_at(ctx, op, cuts))]
 
 
 def split_at_buckets(ctx: LoweringContext, step: Step, buckets: list[Bucket]) -> None:
@@ -81,7 +80,7 @@ def split_at_buckets(ctx: LoweringContext, step: Step, buckets: list[Bucket]) ->
     A step ``[R, Alloc, B, Free...]`` whose ops span buckets 0..n becomes ``[R0, Alloc, B0, R1, B1, ...,
     Rn, Bn, Free...]``: piece ``j`` of every cut op runs before piece ``j + 1`` of any, as a per-layer
     backward would; the ops between two cut ops stay after the first one's first piece, those after the
-    last cut op after its last piece. Costs are summed per piece (:func:`compute_op`), so the step's work
+    last cut op after its last piece. Costs are summed per piece (:func:`~.compute.cut_at`), so the step's work
     is unchanged. A step whose ops hold one bucket each (block granularity) is left as it is.
     """
     cuts = sorted(min(bucket.blocks) for bucket in buckets)

@@ -28,13 +28,12 @@ policy, Megatron-Core's rule (one bucket per chunk on pipeline ranks > 0) under 
 
 from __future__ import annotations
 
-from itertools import pairwise
 from typing import Final
 
 from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.schedules.buckets import Bucket
-from simgrid.schedules.lower.compute import compute_op
+from simgrid.schedules.lower.compute import cut_at
 from simgrid.schedules.lower.context import LoweringContext, Role, Step
 
 PURPOSE: Final = "zero-param"
@@ -66,15 +65,6 @@ def _first_forward(role: Role, stage: int) -> Step:
     raise AssertionError(f"internal: stage {stage} has no forward in this role")
 
 
-def _split_at(ctx: LoweringContext, op: Compute, cuts: set[int]) -> list[Compute]:
-    """``op`` cut into forward ops at the block indices in ``cuts`` (unchanged when none falls inside)."""
-    inner = sorted(c for c in cuts if op.block_start < c < op.block_end)
-    if not inner:
-        return [op]
-    edges = [op.block_start, *inner, op.block_end]
-    return [compute_op(ctx, "F", op.stage, op.microbatch, a, b) for a, b in pairwise(edges)]
-
-
 def add_overlapped_param_gather(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     """Bucket-by-bucket parameter all-gathers in the first forward of each local stage, one in flight."""
     if not gathers_overlapped(ctx):
@@ -92,7 +82,7 @@ def add_overlapped_param_gather(ctx: LoweringContext, role: Role, pp_rank: int) 
             if not (isinstance(op, Compute) and op.kind == "F"):
                 new_ops.append(op)
                 continue
-            for piece in _split_at(ctx, op, set(starts)):
+            for piece in cut_at(ctx, op, starts):
                 for block in range(piece.block_start, piece.block_end):
                     if block in starts:
                         index = starts[block]
