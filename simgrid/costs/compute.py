@@ -20,10 +20,13 @@ throttled). An op without a GEMM list (hand-written programs) prices ``flops - a
 efficiency of its one ``gemm_mnk`` shape.
 
 ``speed`` divides the whole time: a straggler at 0.9 or an older GPU generation in a mixed cluster.
-The engine applies :func:`overlap_slowdown` on top while a communication kernel shares the GPU.
+The engine applies :func:`overlap_slowdown` on top while communication shares the GPU (by its kind: SM-based
+NCCL collective, point-to-point, or copy engine).
 """
 
 from __future__ import annotations
+
+from typing import Literal
 
 from simgrid.costs.attention import AUTO, fused_attention_time_s
 from simgrid.costs.gemm import gemm_efficiency, gemms_time_s
@@ -111,11 +114,26 @@ def host_compute_time_s(op: Compute, node: NodeSpec, *, speed: float = 1.0) -> f
     return host_optimizer_time_s(op.flops / ADAM_FLOPS_PER_PARAM, node) / speed
 
 
-def overlap_slowdown(gpu: GPUSpec) -> float:
-    """Fraction by which compute slows while a communication kernel runs on the same GPU.
+OverlapKind = Literal["collective", "p2p", "copy_engine"]
+"""What a communication op runs on, which decides what it takes from compute (:func:`overlap_slowdown`)."""
 
-    NCCL kernels occupy SMs and HBM bandwidth, so overlapped compute progresses at ``1 - s`` of its
-    normal rate (the profile's ``comm_compute_slowdown``; 0 on the ideal GPU). The engine applies it to
-    the part of a compute op that overlaps communication: duration stretches by ``1 / (1 - s)``.
+
+def overlap_slowdown(gpu: GPUSpec, kind: OverlapKind = "collective") -> float:
+    """Fraction by which compute slows while one communication op of ``kind`` runs on the same GPU.
+
+    * ``collective``: an NCCL collective (or an SM-based userbuffers kernel) holds one SM per CTA, which
+      compute cannot share (NCCL's maintainers, NVIDIA/nccl#689), so compute keeps about
+      ``1 - CTAs / sm_count`` of its rate: the profile's ``comm_compute_slowdown``.
+    * ``p2p``: an NCCL send/receive runs on few CTAs per peer (``NCCL_NCHANNELS_PER_NET_PEER``):
+      ``p2p_compute_slowdown``.
+    * ``copy_engine``: a copy-engine memcpy (Transformer Engine's ring exchange, ``use_ce``) holds no SM;
+      only its HBM traffic competes (NVIDIA/nccl#1433): ``copy_engine_compute_slowdown``.
+
+    The last two fall back to ``comm_compute_slowdown`` when the profile predates them. The engine
+    multiplies the rates ``1 - s`` of every op in flight (:mod:`simgrid.engine.costmodel`): each holds its
+    own SMs, so two collectives take twice the SMs' share (to first order) and the rate never reaches 0.
     """
-    return gpu.comm_compute_slowdown
+    if kind == "collective":
+        return gpu.comm_compute_slowdown
+    value = gpu.p2p_compute_slowdown if kind == "p2p" else gpu.copy_engine_compute_slowdown
+    return gpu.comm_compute_slowdown if value is None else value

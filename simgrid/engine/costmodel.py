@@ -39,7 +39,9 @@ class CostModel(Protocol):
     """Durations the engine needs, for one cluster."""
 
     comm_compute_slowdown: float
-    """Fraction of compute throughput lost while a communication kernel of the same rank runs."""
+    """Fraction of compute throughput lost while an NCCL collective of the same rank runs. A model may also
+    give ``p2p_compute_slowdown`` and ``copy_engine_compute_slowdown`` (send/receive, copy-engine ring
+    exchange; :mod:`simgrid.engine.overlap`); without them the collective's figure applies to those too."""
 
     def compute_s(self, op: Compute, speed: float) -> float:
         """Seconds ``op`` takes on a GPU (or the host, for ``device='cpu'``) running at ``speed``."""
@@ -70,13 +72,16 @@ class ClusterCostModel:
     """:class:`CostModel` of a sized cluster, from :mod:`simgrid.costs` and :mod:`simgrid.topology`."""
 
     def __init__(self, cluster: Cluster, *, dtype: str = "bf16", attention_kernel: str = "auto") -> None:
+        from simgrid.costs import overlap_slowdown
         from simgrid.topology import Topology
 
         self.cluster = cluster
         self.dtype = dtype
         self.attention_kernel = attention_kernel
         self.topology = Topology(cluster)
-        self.comm_compute_slowdown = float(cluster.gpu.comm_compute_slowdown)
+        self.comm_compute_slowdown = overlap_slowdown(cluster.gpu, "collective")
+        self.p2p_compute_slowdown = overlap_slowdown(cluster.gpu, "p2p")
+        self.copy_engine_compute_slowdown = overlap_slowdown(cluster.gpu, "copy_engine")
 
     def compute_s(self, op: Compute, speed: float) -> float:
         from simgrid import costs

@@ -12,12 +12,14 @@ process per rank, and far cheaper than one process per op). It walks its op list
 * ``Wait`` suspends the walk (and so the compute stream) until the named op has finished.
 * ``Alloc``/``Free`` are recorded at the current simulated time of the compute stream.
 
-Compute slows while a communication kernel of the same rank is in flight: its throughput drops by the
-GPU profile's ``comm_compute_slowdown`` fraction ``s`` (rate ``1 - s``) for exactly the overlapping
-portion. The remaining work is re-timed whenever the rank's in-flight count toggles between zero and
-non-zero, which makes the result independent of the order SimPy happens to process simultaneous events
-(symmetric and full mode then agree bit for bit). Host transfers (``Transfer``) use copy engines and
-do not slow compute; host compute (``device='cpu'``) is never slowed.
+Compute slows while communication of the same rank is in flight, for exactly the overlapping portion, by
+what that communication takes from it (:mod:`simgrid.engine.overlap`): an NCCL collective the profile's
+``comm_compute_slowdown`` ``s`` (rate ``1 - s``), a send/receive ``p2p_compute_slowdown``, a copy-engine
+ring exchange ``copy_engine_compute_slowdown``; ops in flight together multiply their rates. The remaining
+work is re-timed whenever the rank's in-flight mix changes the rate; the rate depends only on the mix, which
+makes the result independent of the order SimPy happens to process simultaneous events (symmetric and full
+mode then agree bit for bit). Host transfers (``Transfer``) use copy engines over PCIe and do not slow
+compute; host compute (``device='cpu'``) is never slowed.
 
 Communication time comes from the cost model: closed form per op (``fast``), or, in ``flow`` mode, a
 collective runs its algorithm's phases (each phase: its latency, then its transfers as concurrent flows
@@ -38,6 +40,7 @@ from simgrid.engine.costmodel import DurationCache, PhaseLike
 from simgrid.engine.deadlock import SHOWN_RANKS, blocked_at, deadlock_message
 from simgrid.engine.flows import FlowNetwork
 from simgrid.engine.memory import MemoryEvent
+from simgrid.engine.overlap import OverlapModel
 from simgrid.errors import SimulationError
 from simgrid.ir import Alloc, Collective, Compute, Free, Op, Program, Recv, Send, Transfer, Wait, format_op
 from simgrid.trace import TraceRow, p2p_match_id
@@ -114,6 +117,7 @@ class _Rank:
         self.handles: dict[str, _Comm] = {}
         self.coll_seq: dict[str, int] = {}
         self.inflight = 0
+        """In-flight communication counted by kind (:meth:`OverlapModel.weight`); 0: none."""
         self.waiting: _Comm | None = None
         self.wait_start = 0.0
         self.wait_op: Any = None
@@ -136,7 +140,8 @@ class Interpreter:
         self.flow = comm_model == "flow"
         self.env = simpy.Environment(initial_time=0.0)
         self.network = FlowNetwork(self.env)
-        self.slowdown = float(self.cost.comm_compute_slowdown)
+        self.overlap = OverlapModel(self.cost)
+        self.slowdown = self.overlap.active
         self.sim_set = frozenset(simulated)
         self.states = {r: _Rank(r, program.ranks[r], speed_factors.get(r, 1.0)) for r in simulated}
         self.rows: list[TraceRow] = []
@@ -211,7 +216,7 @@ class Interpreter:
     def _start_compute(self, st: _Rank, op: Compute, duration: float) -> None:
         now = self.env.now
         st.c_op, st.c_start, st.c_seg, st.c_left = op, now, now, duration
-        rate = st.c_rate = 1.0 - self.slowdown if (st.inflight and op.device == "gpu") else 1.0
+        rate = st.c_rate = self.overlap.rate(st.inflight) if (st.inflight and op.device == "gpu") else 1.0
         st.c_ver += 1
         self.env.schedule(_ComputeEnd(st, st.c_ver, self._compute_timer),  # type: ignore[arg-type]
                           NORMAL, duration / rate)
@@ -245,7 +250,7 @@ class Interpreter:
         op = st.c_op
         if op is None or not self.slowdown or op.device != "gpu":
             return
-        rate = 1.0 - self.slowdown if st.inflight else 1.0
+        rate = self.overlap.rate(st.inflight)
         if rate == st.c_rate:
             return
         now = self.env.now
@@ -328,16 +333,16 @@ class Interpreter:
 
     def _start(self, inst: _Instance) -> None:
         now = self.env.now
-        counts_as_comm = type(inst.op) is not Transfer
-        retime = bool(self.slowdown)
+        weight = self.overlap.weight(inst.op)
+        retime = self.slowdown
         for comm in inst.members:
             comm.start = now
-            if counts_as_comm:
+            if weight:
                 st = comm.rank
-                st.inflight += 1
-                if st.inflight == 1 and retime and st.c_op is not None:
+                st.inflight += weight
+                if retime and st.c_op is not None:
                     self._inflight_changed(st)
-        if self.flow and counts_as_comm:
+        if self.flow and type(inst.op) is not Transfer:
             self._start_flows(inst)
             return
         inst.callbacks = [self._finish_event]
@@ -398,8 +403,8 @@ class Interpreter:
         if now > self.makespan_s:
             self.makespan_s = now
         op = inst.op
-        counts_as_comm = type(op) is not Transfer
-        retime = bool(self.slowdown)
+        weight = self.overlap.weight(op)
+        retime = self.slowdown
         members = inst.members
         rows = self.rows
         comm_row = self._comm_row
@@ -407,9 +412,9 @@ class Interpreter:
             comm.end, comm.done = now, True
             st = comm.rank
             rows.append(comm_row(st.rank, comm))
-            if counts_as_comm:
-                st.inflight -= 1
-                if st.inflight == 0 and retime and st.c_op is not None:
+            if weight:
+                st.inflight -= weight
+                if retime and st.c_op is not None:
                     self._inflight_changed(st)
         resume: list[_Rank] = []
         for comm in members:

@@ -168,7 +168,14 @@ class GPUSpec:
     kernel_overhead_us: float
     """Launch plus tail time added to every kernel, in microseconds."""
     comm_compute_slowdown: float
-    """Fraction by which compute slows while a communication kernel runs concurrently (NCCL uses SMs)."""
+    """Fraction by which compute slows while an SM-based collective runs concurrently: NCCL runs one CTA per
+    channel, each holding an SM that compute cannot use, so about NCCL's CTAs / ``sm_count``."""
+    p2p_compute_slowdown: float | None = None
+    """Fraction by which compute slows while a point-to-point send/receive (pipeline) is in flight: NCCL runs
+    it on few CTAs per peer. ``None``: ``comm_compute_slowdown`` (profiles written before issue 12)."""
+    copy_engine_compute_slowdown: float | None = None
+    """Fraction by which compute slows while a copy-engine transfer (Transformer Engine's userbuffers ring
+    exchange) is in flight: it holds no SMs, only HBM traffic. ``None``: ``comm_compute_slowdown``."""
     sources: Mapping[str, str] = field(default_factory=dict)
     """Field name (or dotted path, e.g. ``peak_tflops.bf16``) -> where the figure comes from."""
 
@@ -203,6 +210,9 @@ class GPUSpec:
                              f"must name a fused_attention table (this GPU has: {known})", owner="GPUSpec")
         check_non_negative("GPUSpec", "kernel_overhead_us", self.kernel_overhead_us)
         check_slowdown("GPUSpec", "comm_compute_slowdown", self.comm_compute_slowdown)
+        for name in ("p2p_compute_slowdown", "copy_engine_compute_slowdown"):
+            if getattr(self, name) is not None:
+                check_slowdown("GPUSpec", name, getattr(self, name))
         _freeze_sources("GPUSpec", self)
 
     @property

@@ -87,6 +87,8 @@ def _gpu(doc: _Document, gpu: GPUSpec, prefix: str, *, top: bool) -> None:
              "hbm_bandwidth_GBps": float(gpu.hbm_bandwidth_GBps), "hbm_efficiency": float(gpu.hbm_efficiency),
              "kernel_overhead_us": float(gpu.kernel_overhead_us),
              "comm_compute_slowdown": float(gpu.comm_compute_slowdown),
+             "p2p_compute_slowdown": gpu.p2p_compute_slowdown,  # None: not written
+             "copy_engine_compute_slowdown": gpu.copy_engine_compute_slowdown,  # None: not written
              "fused_attention_efficiency": gpu.fused_attention_efficiency,  # None: not written
              "sustained_clock_fraction": float(gpu.sustained_clock_fraction), "sm_count": gpu.sm_count}
     if top:

@@ -29,7 +29,8 @@ CollectiveKind = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcas
 """``ring_exchange`` is one step of a ring exchange: every member copies ``bytes`` to the next member of the group
 (in group order) and receives as many from the previous one, by peer-to-peer copies on the GPU's copy engines
 (Transformer Engine's userbuffers ring exchange, :mod:`simgrid.schedules.lower.tp_overlap`). The copies take no
-SMs but do move HBM traffic; the engine slows overlapped compute for it as for any collective in flight."""
+SMs but do move HBM traffic; the engine slows overlapped compute by the GPU's ``copy_engine_compute_slowdown``
+(:mod:`simgrid.engine.overlap`)."""
 
 CommPurpose = Literal[
     "tp",  # tensor-parallel activation all-reduce / SP all-gather + reduce-scatter

@@ -15,6 +15,7 @@ from collections.abc import Hashable, Sequence
 from typing import Any
 
 from simgrid.engine.costmodel import CostModel, PhaseLike
+from simgrid.engine.overlap import slowdowns
 from simgrid.ir.ops import Collective, Compute, Transfer
 
 _COMPUTE_POSITION = frozenset({"stage", "microbatch", "chunk", "block_start", "block_end"})
@@ -27,6 +28,7 @@ class MemoCostModel:
     def __init__(self, inner: CostModel) -> None:
         self.inner = inner
         self.comm_compute_slowdown = inner.comm_compute_slowdown
+        self.p2p_compute_slowdown, self.copy_engine_compute_slowdown = slowdowns(inner)[1:]
         self._compute: dict[tuple[Any, ...], float] = {}
         self._collective: dict[tuple[Any, ...], float] = {}
         self._p2p: dict[tuple[Any, ...], float] = {}

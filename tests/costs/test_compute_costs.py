@@ -148,3 +148,14 @@ def test_a_recompute_prices_its_fused_core_as_a_forward() -> None:
     table = gpu.fused_attention["fa3"]
     ratio = table.tflops("fwd", 4096, 128) / table.tflops("bwd", 4096, 128)
     assert compute_time_s(bwd, gpu, dtype="bf16") / compute_time_s(fwd, gpu, dtype="bf16") == pytest.approx(ratio)
+
+
+def test_overlap_slowdown_by_kind_falls_back_to_the_collective_figure() -> None:
+    """A profile without the issue-12 keys applies comm_compute_slowdown to p2p and copy-engine ops too;
+    with them, each kind reads its own key."""
+    import dataclasses
+
+    old = synthetic_cluster(num_gpus=1, comm_compute_slowdown=0.15).gpu
+    assert [overlap_slowdown(old, kind) for kind in ("collective", "p2p", "copy_engine")] == [0.15, 0.15, 0.15]
+    new = dataclasses.replace(old, p2p_compute_slowdown=0.02, copy_engine_compute_slowdown=0.0)
+    assert [overlap_slowdown(new, kind) for kind in ("collective", "p2p", "copy_engine")] == [0.15, 0.02, 0.0]

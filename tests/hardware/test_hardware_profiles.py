@@ -170,3 +170,16 @@ def test_h100_500w_profile_is_the_sxm_die_slowed_by_its_power_limit_and_hbm2e() 
     assert cluster.node.gpu.name == "h100-sxm-96gb-500w"
     assert cluster.node.gpus_per_node == 8 and cluster.node.nics_per_node == 8
     assert cluster.node.nic_link.bandwidth_GBps == 50  # 400 Gb/s per GPU
+
+
+def test_overlap_slowdowns_follow_what_the_communication_takes_from_the_sms() -> None:
+    """Every shipped GPU states all three overlap slowdowns (issue 12): a copy-engine ring exchange (no SMs)
+    slows compute no more than a send/receive (2 NCCL CTAs), which slows it no more than a collective; the
+    collective's figure is a whole number of NCCL CTAs over the GPU's SMs, as its source derives it."""
+    for name in SHIPPED["gpu"]:
+        gpu = load_gpu(name)
+        assert gpu.p2p_compute_slowdown is not None and gpu.copy_engine_compute_slowdown is not None, name
+        assert gpu.copy_engine_compute_slowdown <= gpu.p2p_compute_slowdown <= gpu.comm_compute_slowdown, name
+        if gpu.sm_count is not None and gpu.comm_compute_slowdown > 0:
+            ctas = gpu.comm_compute_slowdown * gpu.sm_count
+            assert ctas >= 1 and abs(ctas - round(ctas)) < 0.1, (name, ctas)

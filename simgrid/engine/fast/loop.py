@@ -37,6 +37,7 @@ from typing import Any
 
 from simgrid.engine.costmodel import DurationCache
 from simgrid.engine.deadlock import SHOWN_RANKS, blocked_at, deadlock_message
+from simgrid.engine.overlap import OverlapModel
 from simgrid.errors import SimulationError
 from simgrid.ir import Alloc, Collective, Compute, Free, Op, Program, Recv, Send, Transfer, Wait, format_op
 from simgrid.trace import PIPELINE_KINDS, PURPOSE_TO_COMM_KIND, TraceAggregates
@@ -105,7 +106,7 @@ class FastLoop:
                  rows: bool = True) -> None:
         self.program = program
         self.durations = durations
-        self.slowdown = float(durations.cost.comm_compute_slowdown)
+        self.overlap = OverlapModel(durations.cost)
         self.sim_set = frozenset(simulated)
         weights = multiplicity or {}
         self.states: dict[int, _Rank] = {}
@@ -170,9 +171,11 @@ class FastLoop:
         note_wait = wait_buf.extend
         flush_waits = self.waits.fromlist
         comm_kind = PURPOSE_TO_COMM_KIND.get
-        slowdown = self.slowdown
-        retime = bool(slowdown)
-        slow_rate = 1.0 - slowdown
+        overlap = self.overlap
+        retime = overlap.active
+        rates = overlap.rates
+        rate_of = overlap.rate
+        weight_of = overlap.weight
         durations = self.durations
         compute_s, collective_s, p2p_s, transfer_s = (durations.compute, durations.collective, durations.p2p,
                                                        durations.transfer)
@@ -209,9 +212,9 @@ class FastLoop:
 
         def inflight_changed(st: _Rank) -> None:
             op = st.c_op
-            if op is None or not slowdown or op.device != "gpu":
+            if op is None or op.device != "gpu":
                 return
-            rate = slow_rate if st.inflight else 1.0
+            rate = rates.get(st.inflight) or rate_of(st.inflight)
             if rate == st.c_rate:
                 return
             st.c_left = max(st.c_left - (now - st.c_seg) * st.c_rate, 0.0)
@@ -229,15 +232,16 @@ class FastLoop:
             op: Any = inst[0]
             t = type(op)
             members = inst[2]
-            if t is Transfer:  # host copies do not slow compute
+            weight = weight_of(op)
+            if not weight:  # host copies do not slow compute
                 for comm in members:
                     comm[_C_START] = now
             else:
                 for comm in members:
                     comm[_C_START] = now
                     st = comm[_C_RANK]
-                    st.inflight += 1
-                    if st.inflight == 1 and retime and st.c_op is not None:
+                    st.inflight += weight
+                    if retime and st.c_op is not None:
                         inflight_changed(st)
             if t is Collective:
                 duration = collective_s(op)
@@ -338,7 +342,8 @@ class FastLoop:
                     if duration > 0:
                         st.ptr = ptr
                         st.c_op, st.c_start, st.c_seg, st.c_left = op, now, now, duration
-                        rate = st.c_rate = slow_rate if (st.inflight and op.device == "gpu") else 1.0
+                        rate = st.c_rate = (rates.get(st.inflight) or rate_of(st.inflight)
+                                            if (st.inflight and retime and op.device == "gpu") else 1.0)
                         st.c_ver = version = st.c_ver + 1
                         at = now + duration / rate
                         events = due.get(at)
@@ -446,16 +451,16 @@ class FastLoop:
                 if now > makespan:
                     makespan = now
                 members = entry[2]
-                counts_as_comm = type(entry[0]) is not Transfer
+                weight = weight_of(entry[0])
                 for comm in members:
                     comm[_C_END] = now
                     comm[_C_DONE] = True
                     st = comm[_C_RANK]
                     if keep_rows:
                         record((st.rank, comm[_C_OP], comm[_C_START], now))
-                    if counts_as_comm:
-                        st.inflight -= 1
-                        if st.inflight == 0 and retime and st.c_op is not None:
+                    if weight:
+                        st.inflight -= weight
+                        if retime and st.c_op is not None:
                             inflight_changed(st)
                 resume: list[_Rank] = []
                 for comm in members:

@@ -22,9 +22,9 @@ In the IR each chunk is a :class:`~simgrid.ir.ops.Compute` op of its own (one GE
 priced by the GPU model at its own shape, so small chunks lose efficiency as they do on the GPU), each
 ring step a ``ring_exchange`` :class:`~simgrid.ir.ops.Collective` and each pipelined piece a
 ``reduce_scatter`` of ``bytes / 4``, with WAITs where the next chunk needs the data. The engine then finds
-the overlap itself: comm on the group's stream concurrent with compute, compute slowed by the GPU's
-``comm_compute_slowdown`` while comm is in flight (the SMs the comm kernels take and the HBM traffic of the
-copies), and the first/last chunk exposed. No discount factor is applied anywhere.
+the overlap itself: comm on the group's stream concurrent with compute, compute slowed while comm is in
+flight by what runs it (:mod:`simgrid.engine.overlap`: the SM-based reduce-scatters by ``comm_compute_slowdown``,
+the copy-engine ring steps by ``copy_engine_compute_slowdown``), and the first/last chunk exposed. No discount factor is applied anywhere.
 
 Only the attention and dense-MLP sub-blocks overlap: TE's userbuffers cover its own ``LayerNormLinear`` /
 ``Linear`` layers; the embedding and the vocabulary head are Megatron's own parallel layers, and MoE
