@@ -130,8 +130,8 @@ def overlap_slowdown(gpu: GPUSpec, kind: OverlapKind = "collective") -> float:
       only its HBM traffic competes (NVIDIA/nccl#1433): ``copy_engine_compute_slowdown``.
 
     The last two fall back to ``comm_compute_slowdown`` when the profile predates them. The engine
-    multiplies the rates ``1 - s`` of every op in flight (:mod:`simgrid.engine.costmodel`): each holds its
-    own SMs, so two collectives take twice the SMs' share (to first order) and the rate never reaches 0.
+    multiplies the rates ``1 - s`` of what is in flight (:mod:`simgrid.engine.overlap`): each collective
+    holds its own SMs, so two take twice the share (to first order) and the rate never reaches 0.
     """
     if kind == "collective":
         return gpu.comm_compute_slowdown

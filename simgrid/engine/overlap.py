@@ -2,9 +2,12 @@
 
 What a communication op takes from compute depends on what runs it (:func:`simgrid.costs.overlap_slowdown`):
 an NCCL collective holds one SM per CTA, a point-to-point send/receive a few, a copy-engine transfer
-(Transformer Engine's ring exchange) none, only HBM traffic; a host copy (``Transfer``) nothing. Each op in
-flight keeps compute at ``1 - s`` of its rate for its own kind, and ops in flight together multiply (each
-holds its own SMs). The engines keep, per rank, one integer that counts the ops in flight by kind
+(Transformer Engine's ring exchange) none, only HBM traffic; a host copy (``Transfer``) nothing. Compute runs
+at the product of ``1 - s`` over what is in flight: once per collective (each is its own NCCL kernel on its own
+communicator's stream, with its own CTAs), once for any number of sends and receives (a pipeline's
+send/receive pairs are issued as one NCCL group, ``batch_isend_irecv``, and NCCL runs the operations of a
+group call in a single kernel launch: NCCL user guide, "Aggregated Operations"), and once for any number of
+copy-engine steps. The engines keep, per rank, one integer that counts the ops in flight by kind
 (:meth:`OverlapModel.weight` added at start, subtracted at finish) and read the rate off that count, so the
 rate depends only on which ops are in flight, never on the order simultaneous events are processed
 (symmetric and full mode agree bit for bit).
@@ -57,10 +60,15 @@ class OverlapModel:
         return 0
 
     def rate(self, count: int) -> float:
-        """Compute rate while the ops counted by ``count`` are in flight (each kind's ``1 - s`` per op)."""
+        """Compute rate while the ops counted by ``count`` are in flight: ``1 - s`` per collective, once for
+        any sends/receives, once for any copy-engine steps (module docstring)."""
         rate = self.rates.get(count)
         if rate is None:
             s_coll, s_p2p, s_ce = self.slowdowns
-            rate = self.rates[count] = ((1.0 - s_coll) ** (count & _MASK) * (1.0 - s_p2p) ** ((count >> _BITS) & _MASK)
-                                        * (1.0 - s_ce) ** (count >> (2 * _BITS)))
+            rate = (1.0 - s_coll) ** (count & _MASK)
+            if (count >> _BITS) & _MASK:
+                rate *= 1.0 - s_p2p
+            if count >> (2 * _BITS):
+                rate *= 1.0 - s_ce
+            self.rates[count] = rate
         return rate

@@ -87,12 +87,14 @@ def test_weights_sort_ops_by_what_runs_them() -> None:
     assert weight(Transfer(direction="d2h", bytes=1, handle="t")) == 0
 
 
-def test_rate_of_a_mix_is_the_product_of_each_ops_rate() -> None:
-    """Nothing in flight: rate 1; two collectives, one send and one ring step: 0.8^2 * 0.9 * 0.95."""
+def test_rate_of_a_mix_multiplies_collectives_and_counts_p2p_and_copies_once() -> None:
+    """Nothing in flight: rate 1; two collectives, one send and one ring step: 0.8^2 * 0.9 * 0.95; a send and
+    a receive together (one NCCL group kernel) and two ring steps slow compute as one of each does."""
     model = OverlapModel(UniformCost(slowdown=0.2, p2p_slowdown=0.1, copy_engine_slowdown=0.05))
     assert model.rate(0) == 1.0
     mix = 2 * COLLECTIVE_WEIGHT + P2P_WEIGHT + COPY_ENGINE_WEIGHT
     assert model.rate(mix) == pytest.approx(0.8**2 * 0.9 * 0.95, rel=1e-12)
+    assert model.rate(mix + P2P_WEIGHT + COPY_ENGINE_WEIGHT) == model.rate(mix)
     assert model.active and not OverlapModel(UniformCost()).active
 
 
