@@ -15,7 +15,8 @@ process per rank, and far cheaper than one process per op). It walks its op list
 Compute slows while communication of the same rank is in flight, for exactly the overlapping portion, by
 what that communication takes from it (:mod:`simgrid.engine.overlap`): an NCCL collective the profile's
 ``comm_compute_slowdown`` ``s`` (rate ``1 - s``), a send/receive ``p2p_compute_slowdown``, a copy-engine
-ring exchange ``copy_engine_compute_slowdown``; ops in flight together multiply their rates. The remaining
+ring exchange ``copy_engine_compute_slowdown``; collectives in flight together multiply their rates (sends,
+receives and copy-engine steps count once). The remaining
 work is re-timed whenever the rank's in-flight mix changes the rate; the rate depends only on the mix, which
 makes the result independent of the order SimPy happens to process simultaneous events (symmetric and full
 mode then agree bit for bit). Host transfers (``Transfer``) use copy engines over PCIe and do not slow

@@ -37,6 +37,9 @@ from typing import Any
 
 from simgrid.engine.costmodel import DurationCache
 from simgrid.engine.deadlock import SHOWN_RANKS, blocked_at, deadlock_message
+from simgrid.engine.overlap import COLLECTIVE_WEIGHT as _COLL_WEIGHT
+from simgrid.engine.overlap import COPY_ENGINE_WEIGHT as _CE_WEIGHT
+from simgrid.engine.overlap import P2P_WEIGHT as _P2P_WEIGHT
 from simgrid.engine.overlap import OverlapModel
 from simgrid.errors import SimulationError
 from simgrid.ir import Alloc, Collective, Compute, Free, Op, Program, Recv, Send, Transfer, Wait, format_op
@@ -175,7 +178,6 @@ class FastLoop:
         retime = overlap.active
         rates = overlap.rates
         rate_of = overlap.rate
-        weight_of = overlap.weight
         durations = self.durations
         compute_s, collective_s, p2p_s, transfer_s = (durations.compute, durations.collective, durations.p2p,
                                                        durations.transfer)
@@ -232,7 +234,9 @@ class FastLoop:
             op: Any = inst[0]
             t = type(op)
             members = inst[2]
-            weight = weight_of(op)
+            # OverlapModel.weight, inlined (twice per communication op)
+            weight = ((_CE_WEIGHT if op.kind == "ring_exchange" else _COLL_WEIGHT) if t is Collective
+                      else 0 if t is Transfer else _P2P_WEIGHT)
             if not weight:  # host copies do not slow compute
                 for comm in members:
                     comm[_C_START] = now
@@ -451,7 +455,10 @@ class FastLoop:
                 if now > makespan:
                     makespan = now
                 members = entry[2]
-                weight = weight_of(entry[0])
+                op = entry[0]
+                t = type(op)
+                weight = ((_CE_WEIGHT if op.kind == "ring_exchange" else _COLL_WEIGHT) if t is Collective
+                          else 0 if t is Transfer else _P2P_WEIGHT)
                 for comm in members:
                     comm[_C_END] = now
                     comm[_C_DONE] = True
