@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from itertools import pairwise
 
 import pytest
 from hypothesis import given
@@ -199,7 +201,7 @@ def test_slowest_chip_factor_is_one_for_one_gpu_and_falls_with_more() -> None:
     assert slowest_chip_factor(0.045, 8) == pytest.approx(1 - 0.0175)
     assert slowest_chip_factor(0.045, 3) == pytest.approx(1 - 0.0225 / 2)
     factors = [slowest_chip_factor(0.045, n) for n in (1, 2, 4, 8, 64, 1024, 10**6)]
-    assert all(a > b for a, b in zip(factors, factors[1:], strict=False))
+    assert all(a > b for a, b in pairwise(factors))
     assert factors[-1] > 1 - 0.0225
 
 
@@ -216,7 +218,7 @@ def test_sized_cluster_runs_the_expected_slowest_chip_on_clock_bound_work_only()
     assert (eight.hbm_efficiency, eight.kernel_overhead_us, eight.peak_tflops) == (
         profile.hbm_efficiency, profile.kernel_overhead_us, profile.peak_tflops)
     rates = [spec.sized(n).gpu.sustained_clock_fraction for n in (1, 2, 8, 64, 1024)]
-    assert all(a > b for a, b in zip(rates, rates[1:], strict=False))
+    assert all(a > b for a, b in pairwise(rates))
 
 
 def test_slowest_of_is_spent_once_and_synchronous_gpus_narrows_the_draw() -> None:
@@ -235,8 +237,6 @@ def test_slowest_of_is_spent_once_and_synchronous_gpus_narrows_the_draw() -> Non
 def test_chip_speed_spread_is_validated_with_its_fix() -> None:
     """Out of [0, 1) is refused with the field, the value and what the number means."""
     gpu = load_cluster_spec("dgx-h100-ndr").node.gpu
-    import dataclasses
-
     for bad in (-0.1, 1.5):
         with pytest.raises(FieldError, match=rf"GPUSpec\.chip_speed_spread = {bad} must be in \[0, 1\).*e\.g\. 0\.045"):
             dataclasses.replace(gpu, chip_speed_spread=bad)
