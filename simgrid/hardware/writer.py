@@ -88,7 +88,8 @@ def _gpu(doc: _Document, gpu: GPUSpec, prefix: str, *, top: bool) -> None:
              "kernel_overhead_us": float(gpu.kernel_overhead_us),
              "comm_compute_slowdown": float(gpu.comm_compute_slowdown),
              "fused_attention_efficiency": gpu.fused_attention_efficiency,  # None: not written
-             "sustained_clock_fraction": float(gpu.sustained_clock_fraction), "sm_count": gpu.sm_count}
+             "sustained_clock_fraction": float(gpu.sustained_clock_fraction),
+             "chip_speed_spread": float(gpu.chip_speed_spread), "sm_count": gpu.sm_count}
     if top:
         doc.pairs(items)
     else:
