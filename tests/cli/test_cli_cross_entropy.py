@@ -34,7 +34,7 @@ def test_memory_unfused_loss_holds_two_fp32_logit_copies(capsys: pytest.CaptureF
 
 def test_memory_text_names_the_unfused_loss(capsys: pytest.CaptureFixture[str]) -> None:
     """The text report's layout line says ``cross_entropy=unfused`` only when it is set."""
-    assert main(MEMORY[:-1] + ["--cross-entropy", "unfused"]) in (0, None)
+    assert main([*MEMORY[:-1], "--cross-entropy", "unfused"]) in (0, None)
     assert "cross_entropy=unfused" in capsys.readouterr().out
     assert main(MEMORY[:-1]) in (0, None)
     assert "cross_entropy" not in capsys.readouterr().out
