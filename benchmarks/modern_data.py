@@ -141,6 +141,9 @@ class DevRow:
     cross_entropy: str = "fused"
     """The loss implementation (``Layout.cross_entropy``): ``unfused`` where the source's code calls
     ``F.cross_entropy`` on an fp32 copy of the logits (torchtitan), ``fused`` (Megatron-Core's kernel) else."""
+    optimizer_impl: str = "fused"
+    """The optimizer step's implementation (``Layout.optimizer_impl``): ``foreach`` where the source's code calls
+    ``torch.optim.AdamW(foreach=True)`` (torchtitan before Feb 2025), ``fused`` (FusedAdam, fused=True) else."""
     published_memory_GiB: float | None = None
     """Peak memory per GPU as the source prints it, GiB (``None``: the source publishes none); what it measures
     is in ``memory_definition``."""
@@ -291,6 +294,9 @@ DEV_ROWS: tuple[DevRow, ...] = (
                      "config), SDPA's flash backend (FA2) for attention",),
             deviations=(_TITAN_HW, *((_COMPILE,) if compiled else ())),
             cross_entropy="unfused", published_memory_GiB=mem, memory_definition=_TITAN_MEMORY,
+            # 9dec370: torchtitan/optimizer.py build_optimizers passes fused=job.optimizer.fused, foreach=not fused;
+            # --optimizer.fused is a store_true flag (config_manager.py) that train_configs/llama3_8b.toml never sets
+            optimizer_impl="foreach",
         )
         for table, gpus, compiled, tps, mem in ((1, 8, False, 5762.0, 82.4), (1, 8, True, 6667.0, 77.0),
                                                 (3, 128, False, 5605.0, 67.0), (3, 128, True, 6514.0, 62.0))
@@ -308,6 +314,7 @@ DEV_ROWS: tuple[DevRow, ...] = (
         assumed=("sequence length 8192 (torchtitan llama3_70b.toml at 820504e)",
                  "global batch 512 = local batch 16 x FSDP degree 32"),
         deviations=(_TITAN_HW, _COMPILE),
+        optimizer_impl="fused",  # 820504e: optimizer.implementation defaults to "fused" (config_manager.py)
     ),
     DevRow(
         id="titan-8b-fsdp8-tp8", source=TITAN_ASYNC_TP, gpu="H100", cluster=_TITAN_CLUSTER,
@@ -319,6 +326,7 @@ DEV_ROWS: tuple[DevRow, ...] = (
         assumed=("sequence length 8192 (torchtitan llama3_8b.toml at 820504e)",
                  "global batch 96 = local batch 12 x FSDP degree 8"),
         deviations=(_TITAN_HW, _COMPILE),
+        optimizer_impl="fused",  # 820504e: optimizer.implementation defaults to "fused" (config_manager.py)
     ),
     # NeMo AutoModel: Llama 3.1 70B, FSDP2 + context parallel 2, full activation checkpointing.
     DevRow(
@@ -350,6 +358,7 @@ DEV_ROWS: tuple[DevRow, ...] = (
                      "kernels: PyTorch eager with torchtitan's fused Triton RMSNorm (norm_type 'fused_rmsnorm', "
                      "compile false in train_configs at 528cab9), SDPA's flash backend (FA2)"),
             deviations=(), cross_entropy="unfused",  # 528cab9: model.py:436 .float(), train.py:164 cross_entropy
+            optimizer_impl="foreach",  # 528cab9: train.py build_optimizer, torch.optim.AdamW(..., foreach=True)
         )
         for size, tag, batch, ac, wps, mfu in (
             ("13b", "noac", 2, "no", 2162.0, "61.1%"),

@@ -170,6 +170,9 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
     g.add_argument("--kernel-fusion", choices=("fused", "eager", "eager-fused-norm"), default="fused",
                    help="element-wise kernels between GEMMs: fused (Megatron/TE, torch.compile) or PyTorch eager")
     g.add_argument("--optimizer", choices=OPTIMIZERS, default="adam", help="optimizer (default adam)")
+    g.add_argument("--optimizer-impl", default="fused", metavar="{fused,foreach}",
+                   help="GPU optimizer step: fused (one multi-tensor kernel: Megatron/TE FusedAdam, torchtitan since "
+                        "Feb 2025; default) or foreach (torch.optim foreach=True, host-bound per parameter tensor)")
     g.add_argument("--precision", choices=PRECISIONS, default="bf16", help="training precision (default bf16)")
     g.add_argument("--offload", action="store_true", help="offload optimizer states and step to the host CPU")
     g.add_argument(
@@ -211,6 +214,7 @@ def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "overlap_grad_reduce": getattr(args, "overlap_grad_reduce", True),
             "attention_kernel": getattr(args, "attention_kernel", "auto"),
             "kernel_fusion": getattr(args, "kernel_fusion", "fused"),
+            "optimizer_impl": getattr(args, "optimizer_impl", "fused"),
             "zero_impl": getattr(args, "zero_impl", "deepspeed"), "reduce_dtype": getattr(args, "reduce_dtype", "param"),
             "cross_entropy": getattr(args, "cross_entropy", "fused")}
 
@@ -354,6 +358,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
         overlap_param_gather=getattr(args, "overlap_param_gather", False),
         cross_entropy=getattr(args, "cross_entropy", "fused"),
+        optimizer_impl=getattr(args, "optimizer_impl", "fused"),
     )
     if order is None:
         return Layout(**fields)

@@ -11,9 +11,11 @@ tests pass small hand-written models with known closed forms.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from simgrid.errors import SimgridError
 from simgrid.ir import Collective, Compute, Transfer
 
 if TYPE_CHECKING:
@@ -66,6 +68,16 @@ class CostModel(Protocol):
         ...
 
 
+def host_bound_s(gpu_s: float, op: Compute) -> float:
+    """Duration of a GPU op whose kernels the host issues in ``op.host_s`` seconds: the GPU cannot run a
+    kernel before it is launched, so the op ends no earlier than the host's last launch. The GPU speed
+    factor (stragglers) scales ``gpu_s`` only: host dispatch does not slow with the GPU's clock."""
+    if not (math.isfinite(op.host_s) and op.host_s >= 0):
+        raise SimgridError(f"compute op {op.kind} (stage {op.stage}, micro-batch {op.microbatch}) has host_s = "
+                           f"{op.host_s!r}; host issue time must be a finite number of seconds >= 0")
+    return gpu_s if op.host_s <= gpu_s else float(op.host_s)
+
+
 class ClusterCostModel:
     """:class:`CostModel` of a sized cluster, from :mod:`simgrid.costs` and :mod:`simgrid.topology`."""
 
@@ -83,8 +95,9 @@ class ClusterCostModel:
 
         if op.device == "cpu":
             return float(costs.host_compute_time_s(op, self.cluster.node, speed=speed))
-        return float(costs.compute_time_s(op, self.cluster.gpu, dtype=self.dtype, speed=speed,
-                                          attention_kernel=self.attention_kernel))
+        gpu_s = float(costs.compute_time_s(op, self.cluster.gpu, dtype=self.dtype, speed=speed,
+                                           attention_kernel=self.attention_kernel))
+        return host_bound_s(gpu_s, op)
 
     def collective_s(self, op: Collective, ranks: tuple[int, ...]) -> float:
         from simgrid import costs
@@ -146,7 +159,7 @@ class DurationCache:
         if d is None:
             # The roofline reads only these fields (simgrid.costs.compute); stage/micro-batch do not matter.
             ckey = (op.kind, op.device, op.flops, op.hbm_bytes, op.gemm_mnk, op.kernels, op.attention_flops,
-                    op.gemms, op.attention_shape, speed)
+                    op.gemms, op.attention_shape, op.host_s, speed)
             d = self._compute_by_cost.get(ckey)
             if d is None:
                 d = self._compute_by_cost[ckey] = self.cost.compute_s(op, speed)

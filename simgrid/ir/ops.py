@@ -92,6 +92,11 @@ class Compute:
     profile's attention-speed table; zeros when the op has no fused core."""
     device: Device = "gpu"
     """Where it runs: ``cpu`` for an optimizer offloaded to the host."""
+    host_s: float = 0.0
+    """Seconds the host CPU spends issuing this GPU op's kernels (Python and dispatcher work, e.g. a
+    ``foreach`` optimizer step over DTensors, :mod:`simgrid.schedules.lower.optimizer`). The op cannot end
+    before the host has issued its last kernel, so it lasts ``max(GPU time, host_s)``; 0 (the default):
+    the GPU is the bound."""
 
 
 @dataclass(frozen=True, kw_only=True)

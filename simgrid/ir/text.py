@@ -239,6 +239,7 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
         _f("gemms", "gemms", _GEMMS, ()),
         _f("attnshape", "attention_shape", _GEMM, (0, 0, 0)),
         _f("device", "device", _choice(("gpu", "cpu")), "gpu"),
+        _f("host", "host_s", _NUM, 0.0),
     ),
     Send: (_f("peer", "peer", _INT), _f("bytes", "bytes", _INT), _f("key", "key", _KEY), _f("handle", "handle", _STR)),
     Recv: (_f("peer", "peer", _INT), _f("bytes", "bytes", _INT), _f("key", "key", _KEY), _f("handle", "handle", _STR)),

@@ -193,7 +193,8 @@ def _check_compute(
         problems.at(rank, index, op, f"block_start = {op.block_start} must be >= 0")
     if max_block is not None and op.block_end > max_block:
         problems.at(rank, index, op, f"block_end = {op.block_end} is past the model's {max_block} sub-blocks")
-    for name, value in (("flops", op.flops), ("hbm", op.hbm_bytes), ("attn", op.attention_flops)):
+    for name, value in (("flops", op.flops), ("hbm", op.hbm_bytes), ("attn", op.attention_flops),
+                        ("host", op.host_s)):
         if not (math.isfinite(value) and value >= 0):
             problems.at(rank, index, op, f"{name} = {value!r} must be a finite number >= 0")
     if op.attention_flops > op.flops:
@@ -208,6 +209,9 @@ def _check_compute(
         elif not math.isclose(gemm_flops, op.flops - op.attention_flops, rel_tol=1e-6):
             problems.at(rank, index, op, f"gemms add up to {gemm_flops!r} FLOPs but flops - attn = "
                         f"{op.flops - op.attention_flops!r}; list every matrix multiply of the op")
+    if op.host_s and op.device != "gpu":
+        problems.at(rank, index, op, f"host = {op.host_s!r} on a device = {op.device} op; host issue time is for "
+                    "GPU ops (a host op's time is its own duration): drop host=")
     if op.kind != "OPT":
         if op.stage < 0 or op.microbatch < 0:
             problems.at(rank, index, op, f"{op.kind} needs stage >= 0 and mb >= 0")

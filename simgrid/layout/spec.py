@@ -28,6 +28,7 @@ ZeroImpl = Literal["deepspeed", "fsdp2"]
 ReduceDtype = Literal["param", "fp32"]
 BucketPolicy = Literal["ddp", "megatron"]
 CrossEntropyImpl = Literal["fused", "unfused"]
+OptimizerImpl = Literal["fused", "foreach"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
@@ -40,6 +41,7 @@ ZERO_IMPLS: tuple[str, ...] = get_args(ZeroImpl)
 REDUCE_DTYPES: tuple[str, ...] = get_args(ReduceDtype)
 BUCKET_POLICIES: tuple[str, ...] = get_args(BucketPolicy)
 CROSS_ENTROPY_IMPLS: tuple[str, ...] = get_args(CrossEntropyImpl)
+OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need
 #: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
@@ -108,6 +110,11 @@ class Layout:
     """Optimizer: Adam (fp32 states), 8-bit Adam (quantised moments) or SGD with momentum."""
     offload_optimizer: bool = False
     """Keep optimizer states and run the update on the host CPU (ZeRO-Offload)."""
+    optimizer_impl: OptimizerImpl = "fused"
+    """How the GPU optimizer step is launched: ``fused`` (one multi-tensor kernel: Megatron-LM / Transformer
+    Engine FusedAdam, ``torch.optim.AdamW(fused=True)``, torchtitan's default since Feb 2025) or ``foreach``
+    (``torch.optim.AdamW(foreach=True)``, torchtitan before then: a dozen ``_foreach_*`` ops, each dispatched
+    per parameter tensor, host-bound on FSDP2's DTensors; :mod:`simgrid.schedules.lower.optimizer`)."""
     dp_mode: DataParallelMode = "allreduce"
     """Gradient sync: bucketed all-reduce (DDP) or parameter server (reduce, update on rank 0, broadcast)."""
     bucket_size_MB: float = 25.0
@@ -170,6 +177,7 @@ class Layout:
         _choice("reduce_dtype", self.reduce_dtype, REDUCE_DTYPES)
         _choice("bucket_policy", self.bucket_policy, BUCKET_POLICIES)
         _choice("cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
+        _choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
                      "tp_comm_overlap", "overlap_param_gather"):
             if not isinstance(getattr(self, flag), bool):

@@ -41,6 +41,7 @@ computes = st.builds(
     kernels=ints,
     attention_flops=numbers,
     device=st.sampled_from(["gpu", "cpu"]),
+    host_s=numbers,
 )
 sends = st.builds(Send, peer=ints, bytes=ints, key=keys, handle=names)
 recvs = st.builds(Recv, peer=ints, bytes=ints, key=keys, handle=names)

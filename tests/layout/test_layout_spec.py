@@ -131,3 +131,11 @@ def test_reduce_dtype_fp32_needs_fsdp2_under_zero3_only() -> None:
         Layout(dp=2, zero=3, reduce_dtype="fp32")
     with pytest.raises(LayoutError, match="reduce_dtype"):
         Layout(reduce_dtype="fp16")  # type: ignore[arg-type]
+
+
+def test_optimizer_impl_defaults_to_fused_and_rejects_unknown_values() -> None:
+    """Layout.optimizer_impl: fused by default, foreach accepted, anything else one line naming the choices."""
+    assert Layout().optimizer_impl == "fused"
+    assert Layout.from_dict(Layout(optimizer_impl="foreach").to_dict()).optimizer_impl == "foreach"
+    with pytest.raises(LayoutError, match=r"^layout: optimizer_impl = 'apex' is not one of fused, foreach$"):
+        Layout(optimizer_impl="apex")  # type: ignore[arg-type]

@@ -90,3 +90,53 @@ def test_fp32_main_grads_skip_the_gradient_copy_in_the_optimizer_traffic() -> No
 
     assert optimizer_traffic_bytes_per_param(Layout(dp=2, zero=1)) == 52
     assert optimizer_traffic_bytes_per_param(Layout(dp=2, zero=1, reduce_dtype="fp32")) == 46
+
+
+# -- Layout.optimizer_impl: fused (default) against torch's foreach step --------------------------------------
+def _step(model: object, **fields: object) -> Compute:
+    layout = Layout(dp=2, global_batch_size=2, **fields)  # type: ignore[arg-type]
+    (opt,) = _opt_ops(build_program(model, layout).ranks[0])  # type: ignore[arg-type]
+    return opt
+
+
+def test_fused_step_has_no_host_time() -> None:
+    """The default fused step is GPU-bound: no host time, the fused kernel's bytes."""
+    assert _step(TINY, zero=3, zero_impl="fsdp2").host_s == 0.0
+
+
+def test_foreach_on_fsdp2_dtensors_pays_host_time_per_parameter_tensor() -> None:
+    """FSDP2 + foreach: host time = parameter tensors x the per-tensor cost from torchtitan PR 355, and the
+    foreach passes' extra bytes (80 - 28 per parameter, torch's _multi_tensor_adam)."""
+    from simgrid.schedules.lower.optimizer import FOREACH_DTENSOR_HOST_S_PER_TENSOR
+
+    fused = _step(TINY, zero=3, zero_impl="fsdp2")
+    foreach = _step(TINY, zero=3, zero_impl="fsdp2", optimizer_impl="foreach")
+    # tiny-gpt (LayerNorm with bias, learned positions, biases, tied): word + position embedding, per layer
+    # attention (2 norm + 4 weights + 4 biases) and MLP (2 norm + 2 weights + 2 biases), final norm (2).
+    assert foreach.host_s == pytest.approx((2 + 4 * (10 + 6) + 2) * FOREACH_DTENSOR_HOST_S_PER_TENSOR)
+    params = foreach.flops / 14
+    assert foreach.hbm_bytes - fused.hbm_bytes == pytest.approx(52 * params)
+
+
+def test_llama3_8b_holds_the_291_tensors_the_constant_was_derived_on() -> None:
+    """torchtitan's Llama 3 8B: 32 x 9 layer tensors + embedding, final norm, output = 291."""
+    from simgrid.model import get_model
+    from simgrid.schedules.lower.optimizer import FOREACH_DTENSOR_HOST_S_PER_TENSOR
+
+    opt = _step(get_model("llama3-8b"), zero=3, zero_impl="fsdp2", optimizer_impl="foreach", flash_attention=True)
+    assert opt.host_s / FOREACH_DTENSOR_HOST_S_PER_TENSOR == pytest.approx(291)
+
+
+def test_foreach_host_time_constant_follows_pr355_step_times() -> None:
+    """(8192/2627 - 8192/2717 s + the fused kernel's 28 B x 1.0e9 / 2039 GB/s) / 291 tensors = 0.40 ms."""
+    from simgrid.schedules.lower.optimizer import FOREACH_DTENSOR_HOST_S_PER_TENSOR
+
+    expected = (0.10330 + 0.013784) / 291
+    assert expected == pytest.approx(FOREACH_DTENSOR_HOST_S_PER_TENSOR, rel=1e-3)
+
+
+@pytest.mark.parametrize("fields", [{"zero": 1}, {"zero": 3, "zero_impl": "deepspeed"},
+                                    {"zero": 1, "offload_optimizer": True}])
+def test_foreach_on_plain_tensors_or_offloaded_is_not_host_bound(fields: dict[str, object]) -> None:
+    """Only FSDP2's DTensors make the foreach step host-bound; an offloaded step runs on the host anyway."""
+    assert _step(TINY, optimizer_impl="foreach", **fields).host_s == 0.0

@@ -13,7 +13,9 @@ Step end, in this order (Megatron-LM ``finalize_model_grads`` then ``optimizer.s
    position-embedding gradients (:func:`~.tensor_parallel.sp_grad_sync`);
 2. tied embeddings with pp > 1: ALL_REDUCE of the word-embedding gradient between the first and the last
    stage (Shoeybi et al. 2019; Megatron-LM ``_allreduce_embedding_grads``), group ``embed/dp<d>-tp<t>``;
-3. the optimizer step, one OPT op per local stage over the parameters this rank updates (its ZeRO shard);
+3. the optimizer step, one OPT op per local stage over the parameters this rank updates (its ZeRO shard;
+   ``optimizer_impl = "foreach"``: torch's foreach passes, and on FSDP2 DTensors host issue time per
+   parameter tensor, :data:`FOREACH_DTENSOR_HOST_S_PER_TENSOR`);
    with offload (Ren et al. 2021, ZeRO-Offload, section 4): TRANSFER d2h of the gradients, OPT on the
    host CPU, TRANSFER h2d of the updated working weights, each waited;
 4. ZeRO-1/2: ALL_GATHER of the updated parameters per bucket (none with ``overlap_param_gather``: the
@@ -44,6 +46,67 @@ OPTIMIZER_FLOPS_PER_PARAM: dict[str, int] = {
     "sgd": 4,
 }
 """Floating-point operations of one optimizer update per parameter."""
+
+# -- foreach optimizer step (Layout.optimizer_impl = "foreach") ---------------------------------------------
+# torch.optim.AdamW(foreach=True) (torch/optim/adam.py ``_multi_tensor_adam``, capturable=False) runs eight
+# ``_foreach_*`` ops on the GPU, each a full pass over its lists with fp32 parameter, gradient and moments:
+# mul_ (decoupled weight decay: r/w p, 8 bytes), lerp_ (r m, g, w m: 12), mul_ (r/w v: 8), addcmul_ (r v, g,
+# w v: 12), sqrt (r v, w tmp: 8), div_ (8), add_ (eps: 8), addcdiv_ (r p, m, tmp, w p: 16) = 80 bytes per
+# parameter, where the fused kernel (``_fused_adamw_``) reads p, g, m, v and writes p, m, v once: 28 bytes.
+FOREACH_ADAM_UPDATE_BYTES_PER_PARAM = 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16
+"""GPU bytes of torch's foreach Adam(W) update per parameter with fp32 parameter, gradient and moments."""
+FUSED_ADAM_UPDATE_BYTES_PER_PARAM = 3 * FP32_BYTES + 2 * 2 * FP32_BYTES
+"""GPU bytes of a fused Adam update per parameter (read p, g, m, v; write p, m, v; fp32)."""
+
+# Host time of the foreach step on FSDP2's DTensors, per parameter tensor. Each ``_foreach_*`` op on a list
+# of DTensors goes through DTensor's ``__torch_dispatch__`` (sharding propagation over every list element)
+# before the local multi-tensor kernel; the step is host-bound (pytorch/pytorch issue 134191: AdamW 2.5% of
+# step time under FSDP1, 33% under FSDP2; awgu there: DTensor dispatch and the foreach ops' own CPU cost).
+# Measured in torchtitan PR 355 (commit 7cf41bb, 2024-06-06): Llama 3 8B, FSDP on 8 A100, local batch 1,
+# seq 8192, same loss and memory: 2,627 wps with foreach (steps 930-990) and 2,717 with fused (steps
+# 920-1000), i.e. 8192/2627 - 8192/2717 = 103 ms more per step. The fused step itself still ran its kernel:
+# 28 bytes x 8,030,261,248 / 8 parameters at A100's 2,039 GB/s datasheet bandwidth >= 13.8 ms. The foreach
+# step therefore held the host >= 117 ms for the 291 parameter tensors torchtitan's Llama 3 8B holds (32
+# layers x (attention norm, wq, wk, wv, wo, ffn norm, w1, w2, w3) + embedding, final norm, output), i.e.
+# 0.40 ms per tensor. (Its GPU passes, 80 bytes x 1.0e9 / 2,039 GB/s = 39 ms, cannot explain 117 ms: the
+# host is the bound.) Host speed and torch version dependent: torch of mid 2024 on an A100 host.
+_PR355_TOKENS_PER_STEP = 8192
+_PR355_DELTA_STEP_S = _PR355_TOKENS_PER_STEP / 2627 - _PR355_TOKENS_PER_STEP / 2717
+_PR355_FUSED_KERNEL_S = FUSED_ADAM_UPDATE_BYTES_PER_PARAM * 8_030_261_248 / 8 / 2039e9
+_PR355_PARAM_TENSORS = 32 * 9 + 3
+FOREACH_DTENSOR_HOST_S_PER_TENSOR = (_PR355_DELTA_STEP_S + _PR355_FUSED_KERNEL_S) / _PR355_PARAM_TENSORS
+"""Host seconds of one foreach Adam(W) step per FSDP2 (DTensor) parameter tensor (about 0.40 ms)."""
+
+
+def param_tensors(ctx: LoweringContext, block: int) -> int:
+    """Parameter tensors of a sub-block as a PyTorch-native model holds them (torchtitan's Llama: separate
+    q, k, v, o and gate / up / down weights, one tensor per norm weight and bias; MoE: torchtitan's router
+    and three grouped expert tensors, plus a shared expert's three and its gate). Tensor parallelism and
+    FSDP shard tensors but keep their number, so every rank steps this many."""
+    from simgrid.model.blocks import block_kind
+    from simgrid.model.moe import is_moe_block
+
+    model = ctx.model
+    kind, _ = block_kind(model, block)
+    norm = 2 if model.norm == "layernorm" else 1
+    bias = 1 if model.bias else 0
+    if kind == "embed":
+        return 1 + (model.position == "learned")
+    if kind == "head":
+        return norm + (not model.tied_embeddings or ctx.layout.pp > 1)
+    if kind == "attn":
+        return norm + 4 * (1 + bias)
+    if is_moe_block(model, block):
+        assert model.moe is not None
+        shared = model.moe.shared_expert_ffn_hidden_size > 0
+        return norm + 1 + 3 + shared * (3 + model.moe.shared_expert_gate)
+    return norm + (3 if model.gated_mlp else 2) * (1 + bias)
+
+
+def _dtensor_params(layout: Layout) -> bool:
+    """Whether the optimizer steps DTensors: FSDP2 (``fully_shard``) shards every parameter as one."""
+    return layout.zero == 3 and layout.zero_impl == "fsdp2"
+
 
 GRAD_SYNC_PURPOSES = ("dp-grad", "zero-grad", "ps-reduce")
 EMBED_GROUP_PREFIX = "embed/"
@@ -167,10 +230,17 @@ def _optimizer_ops(ctx: LoweringContext, pp_rank: int) -> list[Op]:
         params = (math.ceil((sum(ctx.cost(b).param_count for b in blocks) - experts) / shard)
                   + math.ceil(experts / expert_shard))
         traffic = params * optimizer_traffic_bytes_per_param(lay)
+        host_s = 0.0
+        if lay.optimizer_impl == "foreach" and not lay.offload_optimizer:
+            if lay.optimizer == "adam":  # other optimizers' foreach passes are not counted
+                traffic += params * (FOREACH_ADAM_UPDATE_BYTES_PER_PARAM - FUSED_ADAM_UPDATE_BYTES_PER_PARAM)
+            if _dtensor_params(lay):  # plain tensors: one dispatch per foreach op, not host-bound
+                host_s = sum(param_tensors(ctx, b) for b in blocks) * FOREACH_DTENSOR_HOST_S_PER_TENSOR
         steps.append(Compute(kind="OPT", stage=-1, microbatch=-1, chunk=ctx.chunk_of(stage),
                              block_start=blocks.start, block_end=blocks.stop,
                              flops=float(params * OPTIMIZER_FLOPS_PER_PARAM[lay.optimizer]),
-                             hbm_bytes=float(traffic), kernels=1, device=device))  # type: ignore[arg-type]
+                             hbm_bytes=float(traffic), kernels=1, device=device,  # type: ignore[arg-type]
+                             host_s=host_s))
         if lay.offload_optimizer:
             down, up = f"offload-grads:s{stage}", f"offload-params:s{stage}"
             before += [Transfer(direction="d2h", bytes=params * per.grads, handle=down, label=f"s{stage}:grads"),
