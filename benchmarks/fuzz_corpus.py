@@ -26,7 +26,7 @@ import tomllib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 REPO = Path(__file__).resolve().parents[1]
 PROFILES = REPO / "hardware_profiles"
@@ -70,7 +70,15 @@ class Raw(str):
     """A value written verbatim into the TOML (``nan``, a 5,000-digit integer, an inline table)."""
 
 
-def _toml_value(value: Any) -> str:
+UnknownValue = Literal["raise", "quote"]
+"""What :func:`to_toml` does with a value TOML has no type for (``None``, an object): ``raise`` a ``TypeError``
+(the corpus: a case that builds one is a bug in the corpus) or ``quote`` its ``str()`` as a TOML string (the
+hypothesis fuzz test in tests/fuzz, whose strategies draw ``None``)."""
+
+
+def toml_value(value: Any, *, unknown: UnknownValue = "raise") -> str:
+    """One TOML value: a :class:`Raw` verbatim, strings JSON-quoted (TOML basic strings accept that), non-finite
+    floats as TOML's ``nan``/``inf``/``-inf``, lists and dicts inline."""
     if isinstance(value, Raw):
         return str(value)
     if isinstance(value, bool):
@@ -82,14 +90,18 @@ def _toml_value(value: Any) -> str:
     if isinstance(value, str):
         return json.dumps(value)
     if isinstance(value, list):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v, unknown=unknown) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{json.dumps(k)} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        return "{ " + ", ".join(f"{json.dumps(str(k) if unknown == 'quote' else k)} = {toml_value(v, unknown=unknown)}"
+                                for k, v in value.items()) + " }"
+    if unknown == "quote":
+        return json.dumps(str(value))
     raise TypeError(type(value))
 
 
-def to_toml(data: dict[str, Any], prefix: str = "") -> str:
-    """TOML text: scalars first, then sub-tables as ``[a.b]`` and arrays of tables as ``[[a.b]]``."""
+def to_toml(data: dict[str, Any], prefix: str = "", *, unknown: UnknownValue = "raise") -> str:
+    """TOML text: scalars first, then sub-tables as ``[a.b]`` and arrays of tables as ``[[a.b]]`` (``unknown``:
+    see :data:`UnknownValue`)."""
     lines: list[str] = []
     tables: list[tuple[str, Any]] = []
     for key, value in data.items():
@@ -98,15 +110,15 @@ def to_toml(data: dict[str, Any], prefix: str = "") -> str:
         if is_table or is_table_array:
             tables.append((key, value))
         else:
-            lines.append(f"{json.dumps(key)} = {_toml_value(value)}")
+            lines.append(f"{json.dumps(key)} = {toml_value(value, unknown=unknown)}")
     text = "\n".join(lines) + "\n"
     for key, value in tables:
         path = f"{prefix}{json.dumps(key)}"
         if isinstance(value, dict):
-            text += f"\n[{path}]\n" + to_toml(value, path + ".")
+            text += f"\n[{path}]\n" + to_toml(value, path + ".", unknown=unknown)
         else:
             for item in value:
-                text += f"\n[[{path}]]\n" + to_toml(item, path + ".")
+                text += f"\n[[{path}]]\n" + to_toml(item, path + ".", unknown=unknown)
     return text
 
 

@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
         f"schedule={layout.schedule} recompute={layout.recompute} precision={layout.precision} "
         f"optimizer={layout.optimizer}{' offload' if layout.offload_optimizer else ''}"
         f"{' reduce_dtype=fp32' if layout.reduce_dtype == 'fp32' else ''}"
+        f"{' cross_entropy=unfused' if layout.cross_entropy == 'unfused' else ''}"
     )
     print(f"per GPU (worst rank: pipeline rank {estimate.worst_pp_rank})")
     for name, value in estimate.breakdown.items():

@@ -199,11 +199,15 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
                         "--zero 0-2 Megatron-LM's fp32 main_grad (4-byte gradients, all-reduced / reduce-scattered "
                         "in fp32; Megatron's bf16 default), with --zero 3 FSDP2's fp32 reduce-scatter (torchtitan's "
                         "default; needs --zero-impl fsdp2)")
+    g.add_argument("--cross-entropy", choices=("fused", "unfused"), default="fused",
+                   help="the loss's working memory: fused (Megatron-Core's vocab-parallel kernel, fp32 softmax "
+                        "built and differentiated in place; default) or unfused (PyTorch F.cross_entropy on an fp32 "
+                        "copy of the logits, as torchtitan calls it)")
 
 
 def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The layout fields a search keeps as given (optimizer, precision, offload, gradient sync, ZeRO-3
-    implementation and gradient reduce dtype)."""
+    implementation, gradient reduce dtype and cross-entropy implementation)."""
     return {"optimizer": args.optimizer, "precision": args.precision, "offload_optimizer": args.offload,
             "dp_mode": args.dp_mode, "bucket_size_MB": args.bucket_mb,
             "bucket_policy": getattr(args, "bucket_policy", "ddp"),
@@ -211,7 +215,8 @@ def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "attention_kernel": getattr(args, "attention_kernel", "auto"),
             "kernel_fusion": getattr(args, "kernel_fusion", "fused"),
             "optimizer_impl": getattr(args, "optimizer_impl", "fused"),
-            "zero_impl": getattr(args, "zero_impl", "deepspeed"), "reduce_dtype": getattr(args, "reduce_dtype", "param")}
+            "zero_impl": getattr(args, "zero_impl", "deepspeed"), "reduce_dtype": getattr(args, "reduce_dtype", "param"),
+            "cross_entropy": getattr(args, "cross_entropy", "fused")}
 
 
 def add_hardware_args(parser: argparse.ArgumentParser, *, cluster_required: bool, gpu_profile: bool,
@@ -352,6 +357,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         zero_impl=getattr(args, "zero_impl", "deepspeed"), reduce_dtype=getattr(args, "reduce_dtype", "param"),
         tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
         overlap_param_gather=getattr(args, "overlap_param_gather", False),
+        cross_entropy=getattr(args, "cross_entropy", "fused"),
         optimizer_impl=getattr(args, "optimizer_impl", "fused"),
     )
     if order is None:

@@ -27,9 +27,11 @@ fewer FLOPs (``2ab / (a + b)`` per element), which is why the guide ranks it les
 priced at the profile tile's rate times that reuse ratio (the largest penalty consistent with the large tile
 being the preferred one: nothing fitted), and the time is the minimum over the candidates: what a good
 heuristic achieves; cuBLAS's own heuristic is not always optimal. On a GPU whose profile says
-``matmul.stream_k`` (Hopper: CUTLASS's sm90 stream-K scheduler) the K steps of all tiles may instead be shared
-evenly by one persistent CTA per SM (stream-K, Osama et al., PPoPP 2023), so a partial last wave, or a single
-wave of fewer tiles than SMs, costs its share of work plus an fp32 partial-tile fixup rather than a whole wave.
+``matmul.stream_k`` (Hopper: CUTLASS's sm90 stream-K scheduler) the K steps of the last tiles may instead be
+shared evenly by persistent CTAs (stream-K, Osama et al., PPoPP 2023), so a partial last wave costs its share of
+work plus an fp32 partial-tile fixup rather than a whole wave. Which tiles are shared follows that scheduler's
+default heuristic (:func:`stream_k_split`): none when the tail wave is at least half full, as in the published
+H100 measurement of a 2.67-wave GEMM, which runs at the data-parallel rate (benchmarks/gemm_published.py).
 
 A profile without a tile (``matmul.tile_m = 0``) or without ``sm_count`` keeps the legacy rule:
 ``flops / (peak * efficiency(min(m, n, k)))``.
@@ -155,6 +157,9 @@ MIN_CANDIDATE_SIDE = 64
 STREAM_K_BLOCK_K = 64
 """Inner-dimension step of one stream-K work unit: the K extent of a Hopper bf16 CTA tile (CUTLASS's sm90
 kernels use 64 for 16-bit operands: 128 bytes, one TMA swizzle row)."""
+STREAM_K_MIN_STEPS = 8
+"""Fewest K steps CUTLASS's sm90 stream-K scheduler gives one unit (``min_iters_per_sk_unit_ = 8``,
+tile_scheduler_params.h); a tile with no more steps than this is never split."""
 
 
 def _reuse(a: int, b: int) -> float:
@@ -211,20 +216,41 @@ def _tile_time(m: int, n: int, k: int, g: _TileModel) -> float:
             split *= 2
             if tiles * split > g.sms or k // split < MIN_SPLIT_K:
                 break
-        if g.stream_k and tiles % g.sms:
-            # Stream-K (Osama et al., PPoPP 2023): persistent CTAs, one per SM, share the tiles' K steps
-            # evenly, so the last partial wave costs its share of work instead of a whole wave; a CTA that
-            # ends inside a tile writes an fp32 partial that the tile's finishing CTA reads back (fixup).
-            # Fewer tiles than SMs is the same case (the paper's basic stream-K shares every MAC iteration
-            # over all CTAs, where split-K can only cut K into equal whole slices): only a count of tiles
-            # that fills whole waves leaves nothing to share.
-            steps = -(-k // STREAM_K_BLOCK_K)
-            per_sm = -(-(tiles * steps) // g.sms)
-            seconds = (per_sm * 2.0 * a * b * (k / steps) / rate + -(-tiles // g.sms) * a * b * g.d_out / g.bandwidth
-                       + 2 * a * b * PARTIAL_BYTES / g.bandwidth) * g.sms
-            best = min(best, seconds)
+        if g.stream_k:
+            best = min(best, _stream_k_time(tiles, a, b, k, rate, g))
     memory_s = ((m * k + k * n) * g.d_in + m * n * g.d_out) / g.bandwidth
     return max(best, memory_s, 2.0 * m * n * k / g.peak)
+
+
+def stream_k_split(tiles: int, k_steps: int, sms: int) -> tuple[int, int, int]:
+    """``(dp_waves, sk_tiles, sk_units)`` of CUTLASS's sm90 stream-K scheduler in its default ``Heuristic`` mode
+    (``PersistentTileSchedulerSm90StreamKParams::get_num_sk_tiles`` and ``get_num_sk_units``,
+    include/cutlass/gemm/kernel/tile_scheduler_params.h, NVIDIA/cutlass commit 0046e36): no stream-K when the tiles
+    fill whole waves, when a tile has at most ``STREAM_K_MIN_STEPS`` K steps, or when the tail wave is at least half
+    full; otherwise the tail wave and the last full wave are shared (``dp_waves`` = full waves - 1) by at most one
+    unit per SM, each unit taking at least ``STREAM_K_MIN_STEPS`` steps. ``sk_tiles == 0`` means data-parallel."""
+    full_waves, tail = divmod(tiles, sms)
+    if tail == 0 or k_steps <= STREAM_K_MIN_STEPS or 2 * tail >= sms:
+        return full_waves, 0, 0
+    dp_waves = full_waves - 1 if full_waves > 1 else 0
+    sk_tiles = tiles - dp_waves * sms
+    return dp_waves, sk_tiles, min(sms, sk_tiles * k_steps // STREAM_K_MIN_STEPS)
+
+
+def _stream_k_time(tiles: int, a: int, b: int, k: int, rate: float, g: _TileModel) -> float:
+    """Seconds of ``tiles`` ``a x b`` tiles under the stream-K schedule (infinite when the scheduler's heuristic
+    keeps them data-parallel). Stream-K (Osama et al., PPoPP 2023): persistent CTAs share the K steps of the stream-K
+    tiles evenly, so the tail costs its share of work instead of a whole wave; a CTA that ends inside a tile writes
+    an fp32 partial that the tile's finishing CTA reads back (fixup)."""
+    steps = -(-k // STREAM_K_BLOCK_K)
+    dp_waves, sk_tiles, sk_units = stream_k_split(tiles, steps, g.sms)
+    if sk_tiles == 0 or sk_units == 0:
+        return float("inf")
+    wave = (2.0 * a * b * k / rate + a * b * g.d_out / g.bandwidth) * g.sms
+    per_unit = -(-(sk_tiles * steps) // sk_units)
+    sk = (per_unit * 2.0 * a * b * (k / steps) / rate + -(-sk_tiles // sk_units) * a * b * g.d_out / g.bandwidth
+          + 2 * a * b * PARTIAL_BYTES / g.bandwidth) * g.sms
+    return dp_waves * wave + sk
 
 
 def gemm_efficiency(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str) -> float:

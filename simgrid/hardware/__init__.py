@@ -24,6 +24,7 @@ from simgrid.hardware.specs import (
     MatmulEfficiency,
     NetworkSpec,
     NodeSpec,
+    slowest_chip_factor,
 )
 from simgrid.hardware.writer import to_toml, write_profile
 
@@ -53,6 +54,7 @@ __all__ = [
     "load_gpu",
     "load_node",
     "profile_search_path",
+    "slowest_chip_factor",
     "to_toml",
     "write_profile",
 ]

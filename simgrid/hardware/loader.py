@@ -5,8 +5,8 @@ File shapes (units in key names; see hardware_profiles/ for complete examples)::
     kind = "gpu"            # memory_GiB, hbm_bandwidth_GBps, hbm_efficiency, kernel_overhead_us,
     name = "..."            # comm_compute_slowdown, [peak_tflops] fp32/tf32/bf16/fp16/fp8,
     description = "..."     # [matmul] max_efficiency/min_dim/relative/tile_m/tile_n/stream_k, [sources],
-                            # fused_attention_efficiency, p2p_compute_slowdown,
-                            # copy_engine_compute_slowdown (optional)
+                            # fused_attention_efficiency, sustained_clock_fraction, chip_speed_spread,
+                            # p2p_compute_slowdown, copy_engine_compute_slowdown (optional)
 
     kind = "node"           # gpu = "<gpu name or path>" or an inline [gpu] table, gpus_per_node,
                             # intra_fabric, [intra_link], gpus_per_pcie_switch, [pcie_link],
@@ -167,6 +167,7 @@ def _gpu(reader: TableReader) -> GPUSpec:
         "matmul": _matmul(reader.table("matmul")),
         "fused_attention_efficiency": reader.optional_number("fused_attention_efficiency"),
         "sustained_clock_fraction": reader.number("sustained_clock_fraction", 1.0),
+        "chip_speed_spread": reader.number("chip_speed_spread", 0.0),
         "kernel_overhead_us": reader.number("kernel_overhead_us"),
         "comm_compute_slowdown": reader.number("comm_compute_slowdown"),
         "p2p_compute_slowdown": reader.optional_number("p2p_compute_slowdown"),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 from simgrid.errors import ProfileError
@@ -134,6 +134,19 @@ class MatmulEfficiency:
         return self.max_efficiency * self.relative_at(smallest)
 
 
+def slowest_chip_factor(spread: float, gpus: int) -> float:
+    """Expected speed of the slowest of ``gpus`` chips relative to the mean chip, for a relative spread
+    ``spread`` = (max - min) / mean of the sustained rate over a node.
+
+    Assumed: chip speeds are uniform over [mean - spread/2, mean + spread/2] (the measurement gives a
+    range over 8 GPUs x 5 rounds, no distribution), so the expected minimum of ``gpus`` independent draws
+    is ``mean - spread/2 * (gpus - 1) / (gpus + 1)``: 1 for one GPU, falling towards ``1 - spread/2``.
+    """
+    if gpus <= 1 or spread == 0:
+        return 1.0
+    return 1.0 - spread / 2 * (gpus - 1) / (gpus + 1)
+
+
 @dataclass(frozen=True, kw_only=True)
 class GPUSpec:
     """One accelerator: peak rates, memory, and the efficiencies and overheads real kernels see."""
@@ -157,6 +170,10 @@ class GPUSpec:
     sustained_clock_fraction: float = 1.0
     """Share of the benchmarks' (burst) tensor-core throughput the GPU sustains in long GEMM-heavy phases,
     where the power limit holds the SM clock below boost; applies to GEMM and fused-attention time."""
+    chip_speed_spread: float = 0.0
+    """Chip-to-chip spread of that sustained rate over one node's GPUs, (max - min) / mean (0.045 = 4.5%);
+    ``sustained_clock_fraction`` is their mean. A synchronous step waits on its slowest GPU, so a sized
+    :class:`Cluster` runs the expected slowest of its GPUs (:meth:`slowest_of`); 0 = identical chips."""
     fused_attention: Mapping[str, AttentionKernelTable] = field(default_factory=dict)
     """Published fused-attention speed by kernel family (``fa2``, ``fa3``), sequence length and head dim."""
     attention_kernel: str | None = None
@@ -199,6 +216,11 @@ class GPUSpec:
         if self.sm_count is not None:
             check_int_at_least("GPUSpec", "sm_count", self.sm_count, 1)
         check_fraction("GPUSpec", "sustained_clock_fraction", self.sustained_clock_fraction)
+        spread = self.chip_speed_spread
+        if isinstance(spread, bool) or not isinstance(spread, int | float) or not 0 <= spread < 1:
+            raise FieldError("chip_speed_spread", spread, "must be in [0, 1): the (max - min) / mean spread of "
+                             "the sustained GEMM rate over one node's GPUs, e.g. 0.045 for 4.5%; 0 for identical "
+                             "chips", owner="GPUSpec")
         for name, table in self.fused_attention.items():
             if not isinstance(table, AttentionKernelTable) or table.name != name:
                 raise FieldError(f"fused_attention.{name}", table, f"must be an AttentionKernelTable named {name!r}",
@@ -226,6 +248,15 @@ class GPUSpec:
         if self.fused_attention_efficiency is None:
             return self.matmul.max_efficiency
         return self.fused_attention_efficiency
+
+    def slowest_of(self, gpus: int) -> GPUSpec:
+        """The expected slowest of ``gpus`` chips of this model: the GPU a synchronous job of ``gpus`` GPUs
+        computes at. Its sustained rate is the mean's minus the expected shortfall of the minimum of ``gpus``
+        draws; the copy's ``chip_speed_spread`` is 0 (one chip), so applying this twice changes nothing."""
+        factor = slowest_chip_factor(self.chip_speed_spread, gpus)
+        if factor == 1.0:
+            return self
+        return replace(self, sustained_clock_fraction=self.sustained_clock_fraction * factor, chip_speed_spread=0.0)
 
     def peak_flops(self, dtype: str) -> float:
         """Dense peak rate for ``dtype`` in FLOP/s."""
@@ -386,9 +417,9 @@ class ClusterSpec:
             raise FieldError("measured", self.measured, "must be MeasuredTables or None", owner="ClusterSpec")
         _freeze_sources("ClusterSpec", self)
 
-    def sized(self, num_gpus: int) -> Cluster:
-        """This cluster with ``num_gpus`` GPUs (see :class:`Cluster`)."""
-        return Cluster(spec=self, num_gpus=num_gpus)
+    def sized(self, num_gpus: int, *, synchronous_gpus: int | None = None) -> Cluster:
+        """This cluster with ``num_gpus`` GPUs, ``synchronous_gpus`` of which step together (see :class:`Cluster`)."""
+        return Cluster(spec=self, num_gpus=num_gpus, synchronous_gpus=synchronous_gpus)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -397,13 +428,18 @@ class Cluster:
 
     ``num_nodes = ceil(num_gpus / node.gpus_per_node)``; a run smaller than one node uses one node
     holding ``num_gpus`` GPUs. When ``num_gpus`` is not a multiple of the node size the last node is
-    partly used (:meth:`gpus_on_node`).
+    partly used (:meth:`gpus_on_node`). :attr:`gpu` is the run's GPU: the expected slowest of the
+    ``synchronous_gpus`` chips one step waits on (:meth:`GPUSpec.slowest_of`).
     """
 
     spec: ClusterSpec
     """The cluster kind."""
     num_gpus: int
     """GPUs used by the run."""
+    synchronous_gpus: int | None = None
+    """GPUs whose slowest chip paces every step (``None``: all ``num_gpus``, as in synchronous training;
+    serving passes one replica's GPUs, since replicas do not wait on each other)."""
+    _gpu: GPUSpec = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         try:  # accept numpy integers from sweeps, but not bools or floats
@@ -413,6 +449,9 @@ class Cluster:
         if count < 1:
             raise ProfileError(f"cluster {self.spec.name!r}: gpus = {self.num_gpus!r} must be an integer >= 1")
         object.__setattr__(self, "num_gpus", count)
+        sync = self.num_gpus if self.synchronous_gpus is None else self.synchronous_gpus
+        check_int_at_least("Cluster", "synchronous_gpus", sync, 1)
+        object.__setattr__(self, "_gpu", self.spec.node.gpu.slowest_of(min(sync, self.num_gpus)))
         limit = self.spec.max_nodes
         if limit is not None and self.num_gpus > limit * self.spec.node.gpus_per_node:
             raise ProfileError(
@@ -433,8 +472,9 @@ class Cluster:
 
     @property
     def gpu(self) -> GPUSpec:
-        """The GPU spec."""
-        return self.spec.node.gpu
+        """The run's GPU: the profile's, at the expected slowest chip's sustained rate (``spec.node.gpu`` is
+        the profile as written)."""
+        return self._gpu
 
     @property
     def network(self) -> NetworkSpec:

@@ -90,7 +90,8 @@ def _gpu(doc: _Document, gpu: GPUSpec, prefix: str, *, top: bool) -> None:
              "p2p_compute_slowdown": gpu.p2p_compute_slowdown,  # None: not written
              "copy_engine_compute_slowdown": gpu.copy_engine_compute_slowdown,  # None: not written
              "fused_attention_efficiency": gpu.fused_attention_efficiency,  # None: not written
-             "sustained_clock_fraction": float(gpu.sustained_clock_fraction), "sm_count": gpu.sm_count}
+             "sustained_clock_fraction": float(gpu.sustained_clock_fraction),
+             "chip_speed_spread": float(gpu.chip_speed_spread), "sm_count": gpu.sm_count}
     if top:
         doc.pairs(items)
     else:

@@ -185,16 +185,17 @@ def _rerun(model: ModelSpec, layout: Layout, block: int, kind: str, flops: Block
       core is never rerun.
     """
     transformer = kind in ("attn", "mlp")
+    # The FLOPs come from BlockFlops.recompute, the rule model_flops_per_iteration also counts with.
+    rerun_flops = flops.recompute(layout.recompute, recomputable=transformer)
     if layout.recompute == "full" and transformer:
-        return _Rerun(flops.fwd, kernels.fwd_hbm_bytes, kernels.fwd_kernels, gemms.fwd, fused_fwd)
+        return _Rerun(rerun_flops, kernels.fwd_hbm_bytes, kernels.fwd_kernels, gemms.fwd, fused_fwd)
     if layout.recompute == "selective":
-        return _Rerun(flops.attention_core_fwd, kernels.core_fwd_hbm_bytes, kernels.core_fwd_kernels, gemms.core_fwd,
+        return _Rerun(rerun_flops, kernels.core_fwd_hbm_bytes, kernels.core_fwd_kernels, gemms.core_fwd,
                       fused_fwd if transformer else 0.0)
     if layout.recompute == "selective-op" and transformer:
         re_gemms = recompute_gemms(model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp, cp=layout.cp)
         hbm_bytes, launches = _selective_op_traffic(model, layout, kind, kernels, len(gemms.fwd), len(re_gemms))
-        return _Rerun(float(sum(2 * m * n * k * count for m, n, k, count in re_gemms)), hbm_bytes, launches, re_gemms,
-                      0.0)
+        return _Rerun(rerun_flops, hbm_bytes, launches, re_gemms, 0.0)
     return _NO_RERUN
 
 

@@ -21,6 +21,7 @@ from simgrid.layout.spec import RecomputePolicy
 from simgrid.model.blocks import block_kind, local_q_heads, local_seq_length, local_vocab
 from simgrid.model.moe import is_moe_block, moe_block_flops, num_moe_layers
 from simgrid.model.params import matmul_params, mlp_in_width, qkv_width
+from simgrid.model.selective_op import recompute_gemms
 from simgrid.model.spec import ModelSpec
 
 
@@ -38,6 +39,9 @@ class BlockFlops:
     """Forward FLOPs of ``Q K^T`` and ``P V`` (what selective recompute repeats); 0 outside attention."""
     attention_core_bwd: float = 0.0
     """Backward FLOPs of the attention core (all input-gradient, part of ``bwd_input``); 0 outside attention."""
+    selective_op_fwd: float = 0.0
+    """Forward FLOPs of the linears torchtitan's per-op checkpointing does not save, which its recompute
+    reruns (:func:`simgrid.model.selective_op.recompute_gemms`); 0 outside transformer sub-blocks."""
 
     def recompute(self, policy: RecomputePolicy, *, recomputable: bool) -> float:
         """FLOPs repeated before the backward under a recompute policy.
@@ -45,12 +49,16 @@ class BlockFlops:
         Full recompute reruns the whole forward of transformer sub-blocks (Megatron checkpoints layer
         inputs; the embedding and the head are not recomputed, which is why eq. 3's vocabulary term keeps
         its factor 6 under full recompute); selective reruns the attention core only (Korthikanti et al.
-        2022, section 5).
+        2022, section 5); selective-op reruns the linears torchtitan's per-op policy does not save (never the
+        fused core, whose outputs it saves). This is the one rule: the program's recompute ops
+        (:func:`simgrid.model.cost.block_cost`) and the iteration count below both read it.
         """
         if policy == "full":
             return self.fwd if recomputable else 0.0
         if policy == "selective":
             return self.attention_core_fwd
+        if policy == "selective-op":
+            return self.selective_op_fwd if recomputable else 0.0
         return 0.0
 
 
@@ -105,13 +113,20 @@ def block_flops(model: ModelSpec, block: int, *, micro_batch_size: int = 1, tp: 
             core *= causal_tile_fraction(s)
         core_bwd = (2.5 if flash_attention else 2.0) * core
         return BlockFlops(fwd=linear + core, bwd_input=linear + core_bwd, bwd_weight=linear,
-                          attention_core_fwd=core, attention_core_bwd=core_bwd)
+                          attention_core_fwd=core, attention_core_bwd=core_bwd,
+                          selective_op_fwd=_selective_op_fwd(model, block, micro_batch_size, tp, cp))
     if is_moe_block(model, block):
         moe = moe_block_flops(model, micro_batch_size=micro_batch_size, tp=tp, cp=cp, etp=etp,
                               routed_factor=routed_factor)
         return BlockFlops(fwd=moe.fwd, bwd_input=moe.bwd_input, bwd_weight=moe.bwd_weight, attention_core_fwd=0.0)
     linear = 2.0 * tokens * h * mlp_in_width(model, tp) + 2.0 * tokens * (model.ffn_size // tp) * h
-    return BlockFlops(fwd=linear, bwd_input=linear, bwd_weight=linear, attention_core_fwd=0.0)
+    return BlockFlops(fwd=linear, bwd_input=linear, bwd_weight=linear, attention_core_fwd=0.0,
+                      selective_op_fwd=_selective_op_fwd(model, block, micro_batch_size, tp, cp))
+
+
+def _selective_op_fwd(model: ModelSpec, block: int, micro_batch_size: int, tp: int, cp: int) -> float:
+    gemms = recompute_gemms(model, block, micro_batch_size=micro_batch_size, tp=tp, cp=cp)
+    return float(sum(2 * m * n * k * count for m, n, k, count in gemms))
 
 
 def model_flops_per_iteration(model: ModelSpec, global_batch: int, *, recompute: RecomputePolicy = "none") -> float:
@@ -122,7 +137,8 @@ def model_flops_per_iteration(model: ModelSpec, global_batch: int, *, recompute:
     6.3); with ``"full"`` it equals eq. 3 as printed, ``96 B s L h^2 (1 + s/(6h) + V/(16 L h))``. For
     gated MLPs and GQA it is the same count with the real matrix shapes. ``"selective"`` adds the attention
     core forward (``4 B s^2 h`` per layer); note Korthikanti's HFU formula adds ``12 B s^2 h`` per layer
-    (``s/(3h)`` instead of ``s/(6h)``), more than a rerun of the core forward costs. A MoE layer counts the
+    (``s/(3h)`` instead of ``s/(6h)``), more than a rerun of the core forward costs. ``"selective-op"`` adds
+    the linears torchtitan's per-op checkpointing reruns (:mod:`simgrid.model.selective_op`). A MoE layer counts the
     ``k`` experts each token is routed to with balanced routing (the load imbalance is not model work).
     """
     if global_batch <= 0:

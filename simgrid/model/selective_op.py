@@ -25,9 +25,10 @@ kernel (the unfused core would be recomputed whole) and, with tp > 1, sequence-p
 torchtitan's tensor parallelism runs); :class:`simgrid.layout.Layout` refuses the other combinations.
 
 Under tensor parallelism the all-gathers before ``wq..wv`` and ``w1, w3`` are not saved, so the recompute
-gathers the sequence shard again; the lowering's backward ``input-regather`` all-gather
-(:mod:`simgrid.model.comm`) is that same gather at the same moment (just before the block's backward), so
-the recompute op itself issues no collective. FSDP2 gathers a layer once for its recompute and backward
+gathers the sequence shard again before it reruns ``wk`` / ``w3`` and the backward reuses that tensor: the
+lowering issues the sub-block's ``input-regather`` all-gather (:mod:`simgrid.model.comm`) before the recompute
+op instead of before the backward (``regathered_by_recompute`` in
+:mod:`simgrid.schedules.lower.tensor_parallel`). FSDP2 gathers a layer once for its recompute and backward
 (its pre-forward hook does nothing during the backward).
 
 Everything here is per sub-block, one micro-batch, one tensor-parallel rank, like the rest of

@@ -38,7 +38,9 @@ RANKING_COLUMNS = ("dp", "tp", "pp", "step_time_s")
 
 
 def layout_label(row: Any) -> str:
-    """``tp8 pp8 dp16 v2 z1 mbs1 full`` for one table row (fields that are absent are skipped)."""
+    """``tp8 pp8 dp16 v2 z1 mbs1 full sp tpo opg`` for one table row (fields that are absent are skipped); the
+    switches are named as ``simgrid sweep``'s table names them (sp: sequence parallel, tpo: TP comm overlap,
+    fa: FlashAttention, opg: overlapped param gather), so two layouts that differ only by one stay apart."""
     parts = [f"tp{row['tp']}", f"pp{row['pp']}", f"dp{row['dp']}"]
     if int(row.get("vpp", 1) or 1) > 1:
         parts.append(f"v{row['vpp']}")
@@ -48,9 +50,18 @@ def layout_label(row: Any) -> str:
         parts.append(f"mbs{row['mbs']}")
     if row.get("recompute") not in (None, "none") and isinstance(row.get("recompute"), str):
         parts.append(str(row["recompute"]))
-    if bool(row.get("sequence_parallel", False)):
-        parts.append("sp")
+    for field, short in (("sequence_parallel", "sp"), ("tp_comm_overlap", "tpo"), ("flash_attention", "fa"),
+                         ("overlap_param_gather", "opg")):
+        if _switched_on(row.get(field, False)):
+            parts.append(short)
     return " ".join(parts)
+
+
+def _switched_on(value: Any) -> bool:
+    """A switch column's value: a bool, a number, or the text of one (a CSV read without type inference)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "1", "yes", "on")
+    return bool(value) and value == value  # NaN (a missing cell) is off
 
 
 def plot_sweep_ranking(

@@ -132,7 +132,7 @@ def layout_capacity(model: str | ModelSpec, cluster: str | ClusterSpec, layout: 
         raise ServingError("capacity search needs at least one latency target, e.g. --ttft-p90 0.5 --tpot-p99 0.05")
     spec = resolve_model(model)
     cspec = load_cluster_spec(cluster) if isinstance(cluster, str) else cluster
-    sized = cspec.sized(layout.world_size)
+    sized = cspec.sized(layout.world_size, synchronous_gpus=layout.gpus_per_replica)  # replicas never wait on each other
     cfg = config or ServingConfig()
     lengths = list(workload) * layout.replicas
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simgrid.hardware import Cluster, load_cluster
+from simgrid.hardware import Cluster, load_cluster_spec
 from simgrid.model import get_model
 from simgrid.model.spec import ModelSpec
 from simgrid.serving.metrics import ServingMetrics, compute_serving_metrics
@@ -51,10 +51,10 @@ def resolve_model(model: str | ModelSpec) -> ModelSpec:
     raise ServingError(f"model must be a preset name or a ModelSpec, got {type(model).__name__}")
 
 
-def resolve_cluster(cluster: str | Cluster, gpus: int) -> Cluster:
-    """A profile name (sized to ``gpus``) or a sized :class:`Cluster`."""
+def resolve_cluster(cluster: str | Cluster, gpus: int, *, synchronous_gpus: int | None = None) -> Cluster:
+    """A profile name (sized to ``gpus``, of which ``synchronous_gpus`` step together) or a sized :class:`Cluster`."""
     if isinstance(cluster, str):
-        return load_cluster(cluster, gpus=gpus)
+        return load_cluster_spec(cluster).sized(gpus, synchronous_gpus=synchronous_gpus)
     if isinstance(cluster, Cluster):
         return cluster
     raise ServingError(f"cluster must be a profile name or a Cluster, got {type(cluster).__name__}")
@@ -65,7 +65,8 @@ def simulate_serving(model: str | ModelSpec, cluster: str | Cluster, layout: Ser
     """Serve ``requests`` with ``model`` on ``cluster`` under ``layout`` and ``config``; return the metrics."""
     start = time.perf_counter()
     spec = resolve_model(model)
-    sized = resolve_cluster(cluster, layout.world_size)
+    # a replica waits on the slowest of its own GPUs only: replicas do not synchronise with each other
+    sized = resolve_cluster(cluster, layout.world_size, synchronous_gpus=layout.gpus_per_replica)
     run = ServingSimulation(spec, sized, layout, config or ServingConfig(), requests).run()
     return ServingResult(metrics=compute_serving_metrics(run), run=run, model=spec, cluster_name=sized.spec.name,
                          wall_s=time.perf_counter() - start)

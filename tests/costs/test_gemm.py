@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from simgrid.costs import gemm_efficiency, gemm_shape_time_s, gemms_time_s
-from simgrid.costs.gemm import _candidates
+from simgrid.costs.gemm import _candidates, stream_k_split
 from simgrid.errors import SimgridError
 from simgrid.hardware import GPUSpec, MatmulEfficiency, load_gpu
 
@@ -214,16 +214,41 @@ def test_stream_k_spreads_a_partial_last_wave_over_all_sms() -> None:
     assert t < 0.7 * data_parallel
 
 
-def test_stream_k_shares_a_single_partial_wave_over_all_sms() -> None:
-    """Three 64 x 128 tiles (K = 4096 = 64 steps of 64) on 4 SMs: split-K can only halve K (six slices do
-    not fit), stream-K gives each SM ceil(3 * 64 / 4) = 48 steps, one epilogue and one fixup."""
+def test_stream_k_leaves_a_tail_wave_at_least_half_full_data_parallel() -> None:
+    """Three 64 x 128 tiles on 4 SMs: the tail wave is 3/4 full, so CUTLASS's heuristic keeps the GEMM
+    data-parallel and the stream-K profile prices it exactly as the profile without stream-K."""
     m, n, k = 192, 128, 4096
-    steps = 48 * 2 * 64 * 128 * 64 / (100e12 / 4)
+    assert gemm_shape_time_s(m, n, k, stream_k_gpu(), dtype="bf16") == pytest.approx(
+        gemm_shape_time_s(m, n, k, tiny_gpu(), dtype="bf16"))
+
+
+@pytest.mark.parametrize(("tiles", "k_steps", "sms", "expected"), [
+    (264, 280, 132, (2, 0, 0)),  # whole waves: nothing to share
+    (352, 244, 132, (2, 0, 0)),  # 2816x4096x15616 on H100: tail of 88 >= 66, data-parallel (measured at that rate)
+    (2048, 128, 132, (15, 0, 0)),  # 8192^2 outputs: tail of 68 >= 66
+    (300, 8, 132, (2, 0, 0)),  # at most 8 K steps per tile: never split
+    (300, 64, 132, (1, 168, 132)),  # tail of 36: the last full wave and the tail shared by one unit per SM
+    (20, 128, 132, (0, 20, 132)),  # one small partial wave: every tile shared
+    (20, 12, 132, (0, 20, 30)),  # 240 steps in all: units of at least 8 steps, so 30 units
+])
+def test_stream_k_split_follows_cutlass_heuristic(tiles: int, k_steps: int, sms: int,
+                                                   expected: tuple[int, int, int]) -> None:
+    """``stream_k_split`` is CUTLASS's sm90 ``get_num_sk_tiles`` / ``get_num_sk_units`` in Heuristic mode:
+    (data-parallel waves, stream-K tiles, stream-K units)."""
+    assert stream_k_split(tiles, k_steps, sms) == expected
+
+
+def test_stream_k_with_fewer_units_than_sms() -> None:
+    """One 64 x 128 tile with K = 512 (8 steps) stays whole; with K = 1024 (16 steps) the scheduler makes at
+    most 16 // 8 = 2 units: each takes 8 steps, one writes the epilogue, one partial is written and read."""
+    gpu = stream_k_gpu()
+    from simgrid.costs.gemm import _stream_k_time, _tile_model
+    g = _tile_model(gpu, "bf16")
+    assert _stream_k_time(1, 64, 128, 512, g.rate, g) == float("inf")
+    steps = 8 * 2 * 64 * 128 * 64 / (100e12 / 4)
     epilogue = 64 * 128 * 2 / (10_000e9 / 4)
     fixup = 2 * 64 * 128 * 4 / (10_000e9 / 4)
-    t = gemm_shape_time_s(m, n, k, stream_k_gpu(), dtype="bf16")
-    assert t == pytest.approx(steps + epilogue + fixup)
-    assert t < gemm_shape_time_s(m, n, k, tiny_gpu(), dtype="bf16")
+    assert _stream_k_time(1, 64, 128, 1024, g.rate, g) == pytest.approx(steps + epilogue + fixup)
 
 
 def test_stream_k_changes_nothing_that_fills_whole_waves() -> None:

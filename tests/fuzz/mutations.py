@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
-import json
-import math
 import signal
 import tomllib
 import traceback
@@ -16,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from hypothesis import strategies as st
+from script_modules import load_benchmark
 
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "hardware_profiles"
@@ -23,41 +22,16 @@ DELETE = object()
 """Mutation value meaning: remove the field."""
 
 
-class Raw(str):
-    """A TOML literal written verbatim (``nan``, a 5,000-digit integer, deep brackets)."""
-
-
-def toml_value(value: Any) -> str:
-    """One TOML value (strings JSON-quoted, which TOML basic strings accept)."""
-    if isinstance(value, Raw):
-        return str(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{json.dumps(str(k))} = {toml_value(v)}" for k, v in value.items()) + " }"
-    return json.dumps(str(value))
+_CORPUS = load_benchmark("fuzz_corpus", "fuzz_corpus_for_fuzz_tests")
+Raw = _CORPUS.Raw
+"""A TOML literal written verbatim (``nan``, a 5,000-digit integer, deep brackets): the corpus's class, which
+its writer recognises."""
 
 
 def to_toml(data: dict[str, Any], prefix: str = "") -> str:
-    """TOML text: scalars first, then ``[sub.tables]``."""
-    lines, tables = [], []
-    for key, value in data.items():
-        if isinstance(value, dict) and not isinstance(value, Raw):
-            tables.append((key, value))
-        else:
-            lines.append(f"{json.dumps(key)} = {toml_value(value)}")
-    text = "\n".join(lines) + "\n"
-    for key, value in tables:
-        path = f"{prefix}{json.dumps(key)}"
-        text += f"\n[{path}]\n" + to_toml(value, path + ".")
+    """TOML text (benchmarks/fuzz_corpus.py's writer); a value TOML has no type for, such as the ``None``
+    hypothesis draws, is written as its quoted ``str()`` instead of refused."""
+    text: str = _CORPUS.to_toml(data, prefix, unknown="quote")
     return text
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from itertools import pairwise
 
 import pytest
 from hypothesis import given
@@ -19,6 +21,7 @@ from simgrid.hardware import (
     load_cluster,
     load_cluster_spec,
     load_gpu,
+    slowest_chip_factor,
 )
 
 # Two-point curve chosen so log2 interpolation is easy by hand: log2(256)=8, log2(1024)=10.
@@ -188,3 +191,52 @@ def test_sized_cluster_survives_pickling() -> None:
     cluster = load_cluster("dgx-h100-ndr", gpus=64)
     copy = pickle.loads(pickle.dumps(cluster))
     assert copy == cluster and hash(copy.spec) == hash(cluster.spec)
+
+
+def test_slowest_chip_factor_is_one_for_one_gpu_and_falls_with_more() -> None:
+    """Uniform chips over mean +- spread/2: the expected minimum of N draws is mean - spread/2 (N-1)/(N+1);
+    one GPU is the mean chip, 8 GPUs of a 4.5% node lose 2.25% x 7/9 = 1.75%, many GPUs approach 2.25%."""
+    assert slowest_chip_factor(0.045, 1) == 1.0
+    assert slowest_chip_factor(0.0, 1024) == 1.0
+    assert slowest_chip_factor(0.045, 8) == pytest.approx(1 - 0.0175)
+    assert slowest_chip_factor(0.045, 3) == pytest.approx(1 - 0.0225 / 2)
+    factors = [slowest_chip_factor(0.045, n) for n in (1, 2, 4, 8, 64, 1024, 10**6)]
+    assert all(a > b for a, b in pairwise(factors))
+    assert factors[-1] > 1 - 0.0225
+
+
+def test_sized_cluster_runs_the_expected_slowest_chip_on_clock_bound_work_only() -> None:
+    """The h100 profile quotes the 8-GPU mean (0.848) and a 4.5% spread: a 1-GPU run keeps the mean, an
+    8-GPU run computes at 0.848 x 0.9825, more GPUs lower it further; HBM and launch figures are untouched,
+    and the profile as written stays reachable as ``spec.node.gpu``."""
+    spec = load_cluster_spec("dgx-h100-ndr")
+    profile = spec.node.gpu
+    assert (profile.sustained_clock_fraction, profile.chip_speed_spread) == (0.848, 0.045)
+    assert spec.sized(1).gpu == profile
+    eight = spec.sized(8).gpu
+    assert eight.sustained_clock_fraction == pytest.approx(0.848 * (1 - 0.0175))
+    assert (eight.hbm_efficiency, eight.kernel_overhead_us, eight.peak_tflops) == (
+        profile.hbm_efficiency, profile.kernel_overhead_us, profile.peak_tflops)
+    rates = [spec.sized(n).gpu.sustained_clock_fraction for n in (1, 2, 8, 64, 1024)]
+    assert all(a > b for a, b in pairwise(rates))
+
+
+def test_slowest_of_is_spent_once_and_synchronous_gpus_narrows_the_draw() -> None:
+    """The derated copy is one chip (spread 0), so a second application changes nothing; a cluster whose
+    steps wait on 2 of its 16 GPUs (serving replicas) draws from 2, and the ideal GPU never changes."""
+    spec = load_cluster_spec("dgx-h100-ndr")
+    eight = spec.node.gpu.slowest_of(8)
+    assert eight.chip_speed_spread == 0.0 and eight.slowest_of(64) == eight
+    assert spec.sized(16, synchronous_gpus=2).gpu == spec.sized(2).gpu
+    assert spec.sized(16, synchronous_gpus=2).num_gpus == 16
+    assert load_cluster("ideal", gpus=1024).gpu == load_cluster_spec("ideal").node.gpu
+    with pytest.raises(ProfileError, match=r"Cluster\.synchronous_gpus = 0 must be an integer >= 1"):
+        spec.sized(16, synchronous_gpus=0)
+
+
+def test_chip_speed_spread_is_validated_with_its_fix() -> None:
+    """Out of [0, 1) is refused with the field, the value and what the number means."""
+    gpu = load_cluster_spec("dgx-h100-ndr").node.gpu
+    for bad in (-0.1, 1.5):
+        with pytest.raises(FieldError, match=rf"GPUSpec\.chip_speed_spread = {bad} must be in \[0, 1\).*e\.g\. 0\.045"):
+            dataclasses.replace(gpu, chip_speed_spread=bad)

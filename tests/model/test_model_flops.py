@@ -132,3 +132,34 @@ def test_selective_recompute_flops_are_close_to_korthikanti_hfu(name: str, batch
     """
     implied = model_flops_per_iteration(get_model(name), batch, recompute="selective") / (seconds * gpus * 312e12)
     assert hfu - 0.016 <= implied <= hfu + 0.005
+
+
+def test_selective_op_recompute_adds_the_linears_torchtitan_does_not_save() -> None:
+    """Per-op checkpointing (torchtitan) reruns wk, wo and w3 of every Llama layer (mm 2, 4 and 6 of the block):
+    2 B s (h h_kv + h h + h f) per layer; for llama2-7b (h_kv = h = 4096, f = 11008, L = 32, s = 4096, B = 2)
+    that is 2 * 2 * 4096 * (2 * 4096^2 + 4096 * 11008) * 32. It counted 0 before."""
+    m = get_model("llama2-7b")
+    extra = model_flops_per_iteration(m, 2, recompute="selective-op") - model_flops_per_iteration(m, 2)
+    assert extra == 2 * 2 * 4096 * (2 * 4096**2 + 4096 * 11008) * 32
+
+
+def test_selective_op_iteration_count_equals_the_programs_executed_recompute() -> None:
+    """The HFU numerator is the built program's executed FLOPs; switching a layout from no recompute to
+    selective-op adds exactly the recompute model_flops_per_iteration counts (one rule for both), so the HFU
+    of a per-op checkpointing layout includes its recompute."""
+    import dataclasses
+
+    from simgrid.layout import Layout
+    from simgrid.simulation import simulate
+
+    model = dataclasses.replace(get_model("llama2-7b"), num_layers=2, seq_length=1024)
+    base = Layout(dp=1, tp=2, sequence_parallel=True, micro_batch_size=1, global_batch_size=2,
+                  flash_attention=True)
+
+    def executed(recompute: str) -> float:
+        metrics = simulate(model, "dgx-h100-ndr", dataclasses.replace(base, recompute=recompute)).metrics
+        return metrics.hw_tflops_per_gpu * 1e12 * metrics.step_time_s * base.world_size
+
+    counted = model_flops_per_iteration(model, 2, recompute="selective-op") - model_flops_per_iteration(model, 2)
+    assert counted > 0
+    assert executed("selective-op") - executed("none") == pytest.approx(counted, rel=1e-9)

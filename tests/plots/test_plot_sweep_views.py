@@ -65,3 +65,15 @@ def test_layout_label_lists_nondefault_fields() -> None:
     row = {"tp": 8, "pp": 8, "dp": 16, "vpp": 2, "zero": 0, "mbs": 1, "recompute": "none",
            "sequence_parallel": True}
     assert layout_label(row) == "tp8 pp8 dp16 v2 mbs1 sp"
+
+
+def test_layout_label_names_the_overlap_switches_as_the_sweep_table_does() -> None:
+    """The sweep's CSV/table mark TP comm overlap 'tpo', FlashAttention 'fa' and the overlapped ZeRO-1 param
+    gather 'opg'; the plot label does too, so a layout and its overlapped twin get different bars. A CSV cell
+    read as text ('False') is off."""
+    base = {"tp": 4, "pp": 2, "dp": 8, "zero": 1, "mbs": 1, "recompute": "none", "sequence_parallel": True}
+    assert layout_label({**base, "tp_comm_overlap": True, "overlap_param_gather": True, "flash_attention": True}) \
+        == "tp4 pp2 dp8 z1 mbs1 sp tpo fa opg"
+    assert layout_label({**base, "tp_comm_overlap": False, "overlap_param_gather": "False"}) == "tp4 pp2 dp8 z1 mbs1 sp"
+    assert layout_label({**base, "tp_comm_overlap": "True", "overlap_param_gather": float("nan")}) \
+        == "tp4 pp2 dp8 z1 mbs1 sp tpo"

@@ -97,3 +97,39 @@ def test_stage_granularity_folds_collectives_with_count_and_total_bytes() -> Non
 def test_tp_one_adds_nothing() -> None:
     """Without tensor parallelism there is nothing to communicate."""
     assert not [op for op in _tp_role() if isinstance(op, Collective)]
+
+
+def test_selective_op_recompute_waits_for_the_input_regather_its_linears_read() -> None:
+    """torchtitan's per-op checkpointing does not save the sequence-parallel all-gather before wq..wv / w1, w3,
+    so the recompute gathers the shard again before it reruns wk / w3, and the backward reuses it: each
+    transformer sub-block's input re-gather is waited before its R op (it used to come after R, before B), its
+    B op keeps only the output-gradient gather, and no gather is lost or added (without recompute the same
+    gathers all come before B)."""
+    per_op = _tp_role(tp=2, sequence_parallel=True, recompute="selective-op", flash_attention=True)
+    for i, op in enumerate(per_op):
+        if isinstance(op, Compute) and op.kind in ("R", "B") and 1 <= op.block_start <= 2 * TINY.num_layers:
+            gathers = []
+            for prev in reversed(per_op[:i]):
+                if isinstance(prev, Compute):
+                    break
+                if isinstance(prev, Collective) and f":{op.kind}:b{op.block_start}:before" in prev.handle:
+                    gathers.append(prev)
+            assert [g.kind for g in gathers] == ["all_gather"], (op, gathers)
+            assert isinstance(per_op[i - 1], Wait) and per_op[i - 1].handle == gathers[0].handle
+            assert gathers[0].label == f"b{op.block_start}:" + ("recompute" if op.kind == "R" else "bwd")
+    no_recompute = _tp_role(tp=2, sequence_parallel=True, recompute="none", flash_attention=True)
+
+    def gathered(ops: list) -> tuple[int, int]:
+        found = [o for o in ops if isinstance(o, Collective) and o.kind == "all_gather"]
+        return len(found), sum(o.bytes for o in found)
+
+    assert gathered(per_op) == gathered(no_recompute)
+
+
+def test_selective_op_regathers_at_stage_granularity_too() -> None:
+    """A stage-wide R op gathers every recomputed sub-block's input first (one folded call, count = 2 per
+    layer); the head, which is not recomputed, keeps its re-gather before the backward."""
+    ops = _tp_role("stage", tp=2, sequence_parallel=True, recompute="selective-op", flash_attention=True)
+    recompute = next(i for i, op in enumerate(ops) if isinstance(op, Compute) and op.kind == "R")
+    gather = ops[recompute - 2]
+    assert isinstance(gather, Collective) and gather.kind == "all_gather" and gather.count == 2 * TINY.num_layers

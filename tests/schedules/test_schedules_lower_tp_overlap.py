@@ -257,3 +257,18 @@ def test_template_refuses_ops_it_cannot_stamp(op: Op) -> None:
     """A compute op of another micro-batch, a handle without (or with two) ``:m2:``, an op without a handle:
     no template, so the caller builds every micro-batch itself."""
     assert MicrobatchTemplate.of([op], 2) is None
+
+
+def test_selective_op_backward_does_not_regather_what_the_recompute_gathered() -> None:
+    """With per-op recompute the input re-gather is issued before the R op (tensor_parallel); the overlapped
+    backward then runs its last input-gradient GEMM without a bulk all-gather beside it, so each layer's
+    backward gathers nothing but its output gradient (by ring exchange)."""
+    ops = _role(tp=2, recompute="selective-op", flash_attention=True)
+    for block in range(1, 2 * TINY.num_layers + 1):
+        backward = _between(ops, "B", block)
+        assert not [o for o in backward if isinstance(o, Collective) and o.kind == "all_gather"]
+        recompute = next(i for i, o in enumerate(ops) if isinstance(o, Compute) and o.kind == "R"
+                         and o.block_start == block and o.microbatch == 0)
+        assert isinstance(ops[recompute - 2], Collective) and ops[recompute - 2].kind == "all_gather"  # type: ignore[union-attr]
+    plain = _role(tp=2, recompute="none", flash_attention=True)
+    assert any(isinstance(o, Collective) and o.kind == "all_gather" for o in _between(plain, "B", 1))

@@ -169,7 +169,8 @@ def test_zero_impl_is_validated() -> None:
 
 def test_fsdp2_fp32_reduce_dtype_doubles_every_bf16_reduce_scatter_and_its_buffer() -> None:
     """torchtitan's reduce_dtype = float32: the same reduce-scatters as reduce_dtype 'param', each moving and
-    buffering 4 bytes per gradient element instead of bf16's 2; the gathers are unchanged."""
+    buffering (its reduce-scatter input) 4 bytes per gradient element instead of bf16's 2; the gathers and the
+    unsharded gradients autograd writes (bf16 either way) are unchanged."""
     def scatters(ops: tuple[Op, ...]) -> list[Collective]:
         return [op for op in ops if isinstance(op, Collective) and op.purpose == "zero-grad"]
 
@@ -178,9 +179,12 @@ def test_fsdp2_fp32_reduce_dtype_doubles_every_bf16_reduce_scatter_and_its_buffe
     assert [op.label for op in scatters(fp32)] == [op.label for op in scatters(plain)]
     assert [op.bytes for op in scatters(fp32)] == [2 * op.bytes for op in scatters(plain)]
     assert [op.bytes for op in _gathers(fp32)] == [op.bytes for op in _gathers(plain)]
-    buffers = {op.name: op.bytes for op in fp32 if isinstance(op, Alloc) and op.name.startswith("zero3-grad")}
-    plain_buffers = {op.name: op.bytes for op in plain if isinstance(op, Alloc) and op.name.startswith("zero3-grad")}
-    assert buffers == {name: 2 * size for name, size in plain_buffers.items()}
+    def grads(ops: tuple[Op, ...], unsharded: bool) -> dict[str, int]:
+        return {op.name: op.bytes for op in ops if isinstance(op, Alloc) and op.name.startswith("zero3-grad")
+                and (":unsharded" in op.name) == unsharded}
+
+    assert grads(fp32, False) == {name: 2 * size for name, size in grads(plain, False).items()}
+    assert grads(fp32, True) == grads(plain, True) and grads(plain, True)
 
 
 def _compute_bytes(ops: tuple[Op, ...]) -> tuple[float, int]:
@@ -206,3 +210,29 @@ def test_fsdp2_copy_out_is_paid_on_the_compute_stream_once_per_gather() -> None:
     assert fsdp2[0] - base[0] == 2 * 2 * (param_count(model) + L * layer_params(model))
     assert fsdp2[1] - base[1] == 1 + 2 * L
     assert deepspeed == base
+
+
+def test_fsdp2_root_reduce_scatter_input_is_allocated_in_the_final_post_backward() -> None:
+    """FSDP2 runs the root unit's post_backward from its final backward callback (its input, the token ids, needs
+    no gradient), so the root's reduce-scatter input (fp32 here: embedding and output layer, 3.9 GiB for Llama 3
+    8B) is allocated after the last backward op, the embedding's, not before the head's backward. Before it only
+    autograd's bf16 gradients exist: the output layer's from the head's backward on, the embedding's from its
+    own; they are freed once copied into the input, right as the reduce-scatter is issued."""
+    model = ModelSpec(name="root-test", num_layers=2, hidden_size=256, num_heads=4, vocab_size=1024,
+                      seq_length=128, tied_embeddings=False)  # blocks: 0 embedding, 1-4 layers, 5 head
+    ops = _ops(model, zero_impl="fsdp2", reduce_dtype="fp32")
+    backward = [i for i, op in enumerate(ops) if isinstance(op, Compute) and op.kind in ("B", "I", "W")]
+    head, embedding = backward[0], backward[-1]
+    assert ops[head].block_start == 5 and ops[embedding].block_start == 0  # type: ignore[union-attr]
+    scatter = next(i for i, op in enumerate(ops) if isinstance(op, Collective) and op.label == "b0+b5:grad")
+    handle = ops[scatter].handle  # type: ignore[union-attr]
+    allocs = {op.name: i for i, op in enumerate(ops) if isinstance(op, Alloc)}
+    assert embedding < allocs[handle] < scatter
+    assert not any(isinstance(op, Compute) for op in ops[embedding + 1:scatter])
+    unsharded = sorted((i, ops[i]) for name, i in allocs.items() if name.startswith(f"{handle}:unsharded"))
+    assert [i for i, _ in unsharded] == [head - 1, embedding - 1]  # just before the ops that write them
+    # The output layer's bf16 gradient is at least V x h x 2 bytes; the fp32 input is twice all the bf16 ones.
+    assert unsharded[0][1].bytes >= 1024 * 256 * 2  # type: ignore[union-attr]
+    assert ops[allocs[handle]].bytes == 2 * sum(op.bytes for _, op in unsharded)  # type: ignore[union-attr]
+    frees = {op.name: i for i, op in enumerate(ops) if isinstance(op, Free)}
+    assert all(scatter < frees[op.name] for _, op in unsharded)  # type: ignore[union-attr]

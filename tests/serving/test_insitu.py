@@ -99,8 +99,9 @@ def test_unmeasured_group_sizes_fall_back_to_the_collective_cost_model() -> None
 
 
 def test_a_profile_without_generation_rows_prices_as_before() -> None:
-    """No ``SERVE:`` rows: the GPU keeps its datasheet peak and launch overhead."""
+    """No ``SERVE:`` rows: the GPU keeps its datasheet peak and launch overhead (the sized cluster's GPU,
+    i.e. the profile's at the expected slowest of the replica's chips)."""
     spec = load_cluster_spec("dgx-a100-hdr")
     cost = _cost(ServingLayout(tp=2), spec)
     assert cost.insitu is None
-    assert cost.gpu == spec.node.gpu
+    assert cost.gpu == spec.sized(2).gpu

@@ -9,7 +9,10 @@ collective is followed at once by its WAIT.
 Which phase goes with which compute kind: F and a full-recompute R use the ``fwd`` collectives (full
 recompute reruns the layer's forward, communication included); B and I use the ``bwd`` ones (the
 input-gradient path); W needs none (weight gradients are local). Selective recompute reruns only the
-attention core, which has no communication.
+attention core, which has no communication. torchtitan's per-op recompute (``selective-op``) reruns linears
+whose sequence-parallel input is an all-gather output it does not save: the sub-block's ``input-regather``
+all-gather moves from before its backward to before its recompute, whose output the backward then reuses
+(:func:`regathered_by_recompute`).
 
 At ``stage`` granularity the collectives of the op's whole block range are folded into one collective
 per (position, kind) with ``count`` = how many were folded and ``bytes`` their total.
@@ -27,6 +30,17 @@ from collections.abc import Callable
 from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.schedules.lower.context import LoweringContext, Role
+
+REGATHER = "input-regather"
+"""Label of the backward's sequence-parallel all-gather of a sub-block's input (:mod:`simgrid.model.comm`)."""
+
+
+def regathered_by_recompute(ctx: LoweringContext, block: int) -> bool:
+    """Whether ``block``'s input re-gather runs before its recompute instead of its backward: torchtitan's
+    per-op checkpointing saves mm outputs but not the all-gather before ``wq..wv`` / ``w1, w3``, so the
+    recompute gathers the shard again before it reruns ``wk`` / ``w3`` (which read it), and the backward uses
+    that gathered tensor (:mod:`simgrid.model.selective_op`)."""
+    return ctx.layout.recompute == "selective-op" and ctx.cost(block).recompute_flops > 0
 
 
 def comm_phase(ctx: LoweringContext, op: Compute) -> str | None:
@@ -54,8 +68,14 @@ def _folded(ctx: LoweringContext, kind: str, start: int, end: int, phase: str, c
         for block in range(start, end):
             if kind == "R" and ctx.cost(block).recompute_flops == 0:
                 continue  # a stage-wide R op does not rerun the embedding or the head
+            moved = comm == "tp_comm" and regathered_by_recompute(ctx, block)
             for serial, coll in enumerate(getattr(ctx.cost(block), comm)):
-                if coll.phase == phase:
+                regather = moved and coll.label == REGATHER
+                if kind == "R" and ctx.layout.recompute == "selective-op":
+                    keep = regather  # the per-op recompute issues its sub-blocks' re-gathers and nothing else
+                else:
+                    keep = coll.phase == phase and not (regather and kind in ("B", "I"))
+                if keep:
                     entry = folded[(coll.position, coll.kind, serial if ctx.granularity == "block" else 0)]
                     entry[0] += 1
                     entry[1] += int(coll.bytes)
@@ -69,6 +89,8 @@ def block_collectives(ctx: LoweringContext, op: Compute, group: str, *, comm: st
     followed at once by its WAIT (Megatron's tensor-parallel and Llama 3's context-parallel collectives
     are synchronous)."""
     phase = comm_phase(ctx, op)
+    if phase is None and op.kind == "R" and ctx.layout.recompute == "selective-op" and comm == "tp_comm":
+        phase = "bwd"  # only the re-gathers (_folded keeps nothing else for this R op)
     if phase is None:
         return [], []
     label_base = f"b{op.block_start}" if ctx.granularity == "block" else f"s{op.stage}"

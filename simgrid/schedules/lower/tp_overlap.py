@@ -50,7 +50,13 @@ from simgrid.model.moe import is_moe_block
 from simgrid.schedules.lower.compute import _block_numbers, compute_op
 from simgrid.schedules.lower.context import LoweringContext, Role
 from simgrid.schedules.lower.instantiate import MicrobatchTemplate
-from simgrid.schedules.lower.tensor_parallel import block_collectives, replace_compute_ops, tp_collectives
+from simgrid.schedules.lower.tensor_parallel import (
+    REGATHER,
+    block_collectives,
+    regathered_by_recompute,
+    replace_compute_ops,
+    tp_collectives,
+)
 
 PIPELINE_SPLITS = 4
 """GEMM chunks of TE's ``pipeline`` reduce-scatter overlap: ``num_splits = 4`` for every non-ring-exchange
@@ -170,7 +176,10 @@ def _pipeline(ctx: LoweringContext, op: Compute, group: str, block: int, layers:
     if weights:
         b.gemm(weights[0])  # the output projection's weight gradient follows its input gradient
     b.compute(flops - _flops((first, last, *weights)), hbm, kernels - 2 - len(weights), middle, fused, shape)
-    b.bulk("all_gather", _comm_bytes(c, "bwd", "input-regather"), last)
+    if regathered_by_recompute(ctx, block):
+        b.gemm(last)  # the recompute already gathered this input (tensor_parallel.regathered_by_recompute)
+    else:
+        b.bulk("all_gather", _comm_bytes(c, "bwd", REGATHER), last)
     if weights:
         b.bulk("reduce_scatter", _comm_bytes(c, "bwd", "input-grad"), weights[-1])
     else:

@@ -26,9 +26,12 @@ compute op of the sub-block holding that module, and waited before the first com
 (the recompute R included). Gathers of one block boundary that go to the same consumers fold into one
 collective with ``count`` = the calls it stands for. Labels name the blocks whose parameters an op moves
 (``b3+b4:param``, ``b5:grad``), which is what the executor gathers and reduce-scatters. Each gather has
-its ALLOC (category ``comm``) at issue and its FREE after the op that releases the last of its modules;
-a reduce-scatter's gradient buffer is allocated before its first backward op and freed once the next
-reduce-scatter is issued (double buffering), the last at the end of the backward.
+its ALLOC (category ``comm``) at issue and its FREE after the op that releases the last of its modules.
+DeepSpeed's reduce bucket is allocated before its first backward op and freed once the next reduce-scatter is
+issued (double buffering), the last at the end of the backward. FSDP2's unsharded gradients (parameter dtype)
+are allocated before the backward op that produces them; the unit's post-backward (the root's at the end of
+the whole backward) waits for the previous reduce-scatter and frees its input, allocates the reduce-scatter
+input in the reduce dtype, copies the gradients in and frees them, and issues the reduce-scatter.
 
 ZeRO-3 needs pp = 1 (:class:`~simgrid.layout.Layout`), so one role holds the whole step: prefetching and
 residency carry from a micro-batch's forward into its backward and on into the next micro-batch.
@@ -275,6 +278,38 @@ def _reduce_groups(ctx: LoweringContext, role: Role) -> list[tuple[tuple[int, ..
     return groups
 
 
+def _first_backward_of_blocks(role: Role) -> dict[tuple[int, int], _Pos]:
+    """(step, block) -> the first backward compute op of that step covering the block (where autograd writes
+    the block's unsharded gradients)."""
+    first: dict[tuple[int, int], _Pos] = {}
+    for pos, op in _compute_positions(role):
+        if op.kind in _BACKWARD:
+            for block in range(op.block_start, op.block_end):
+                first.setdefault((pos[0], block), pos)
+    return first
+
+
+def _fsdp2_unsharded_grads(ctx: LoweringContext, unit: tuple[int, ...], step: int,
+                           produced: dict[tuple[int, int], _Pos], grad: str) -> list[tuple[_Pos, Alloc]]:
+    """FSDP2's unsharded gradients of one unit in the parameter dtype, each allocated before the backward op
+    that first produces it (autograd's ``param.grad``); the root's output layer gets its gradient at the head's
+    backward, the embedding at the end. A tied weight's gradient is counted once, where it first appears."""
+    autograd = dataclasses.replace(ctx.layout, reduce_dtype="param")
+    by_pos: dict[_Pos, list[int]] = defaultdict(list)
+    for block in unit:
+        if (step, block) in produced:
+            by_pos[produced[(step, block)]].append(block)
+    allocs: list[tuple[_Pos, Alloc]] = []
+    seen: tuple[int, ...] = ()
+    for k, pos in enumerate(sorted(by_pos)):
+        now = tuple(sorted(seen + tuple(by_pos[pos])))
+        grown = zero3_grad_bytes(ctx.model, autograd, now) - (zero3_grad_bytes(ctx.model, autograd, seen) if seen else 0)
+        seen = now
+        if grown > 0:
+            allocs.append((pos, Alloc(name=f"{grad}:unsharded{k}", bytes=grown, category="comm")))
+    return allocs
+
+
 def _label(blocks: tuple[int, ...] | list[int]) -> str:
     return "+".join(f"b{b}" for b in sorted(set(blocks)))
 
@@ -326,22 +361,34 @@ def add_zero3(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     # Gradient reduce-scatters, double-buffered.
     previous: list[Op] = []
     last_step = -1
+    fsdp2 = ctx.layout.zero_impl == "fsdp2"
+    produced = _first_backward_of_blocks(role) if fsdp2 else {}
     for index, (blocks, count, first, issue_after) in enumerate(_reduce_groups(ctx, role)):
         if issue_after[0] != last_step and previous:
             role[last_step].ops.extend(previous)  # the step's last reduce-scatter, waited at its end
             previous = []
         grad = f"zero3-grad:r{index}"
         size = zero3_grad_bytes(ctx.model, ctx.layout, blocks)
-        buffer = size
-        if ctx.layout.zero_impl == "deepspeed":
+        reduce = Collective(kind="reduce_scatter", group=group, bytes=size, purpose="zero-grad", handle=grad,
+                            count=count, label=f"{_label(blocks)}:grad")
+        if fsdp2:
+            unsharded = _fsdp2_unsharded_grads(ctx, blocks, issue_after[0], produced, grad)
+            for pos, alloc in unsharded:
+                before[pos].append(alloc)
+            # post_backward (the root's from the final callback, once the whole backward has run): wait for the
+            # previous reduce-scatter and drop its input, allocate this one's input in the reduce dtype, copy the
+            # gradients in, free them, issue (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py
+            # post_backward, _fsdp_collectives.py foreach_reduce, _fsdp_state.py _root_post_backward_final_callback).
+            after[issue_after] += [*previous, Alloc(name=grad, bytes=size, category="comm"), reduce,
+                                   *(Free(name=alloc.name) for _, alloc in unsharded)]
+        else:
             # DeepSpeed copies gradients into its reduce bucket (contiguous_gradients): the buffer is the
             # bucket, reduce_bucket_size elements at most, whatever the blocks the call covers.
             from simgrid.memory.states import state_bytes_per_param
 
             buffer = min(size, DEEPSPEED.reduce_bucket_numel * state_bytes_per_param(ctx.layout).grads)
-        before[first].append(Alloc(name=grad, bytes=buffer, category="comm"))
-        after[issue_after] += [Collective(kind="reduce_scatter", group=group, bytes=size, purpose="zero-grad",
-                                          handle=grad, count=count, label=f"{_label(blocks)}:grad"), *previous]
+            before[first].append(Alloc(name=grad, bytes=buffer, category="comm"))
+            after[issue_after] += [reduce, *previous]
         previous = [Wait(handle=grad), Free(name=grad)]
         last_step = issue_after[0]
     for si, step in enumerate(role):
