@@ -329,14 +329,15 @@ MEMORY_NOTES = (
     "gradients nll_loss and log_softmax write beside it (2 x 7.8 GiB; torchtitan train.py at 9dec370 calls "
     "cross_entropy(pred.flatten(0, 1).float(), ...)). Without that term the simulator printed 60.4 / 46.4 GiB "
     "for the FSDP rows (8 / 128 GPUs).",
-    "- Not right at that instant: 'comm' (6.3 GiB) includes the root unit's fp32 reduce-scatter buffer "
-    "(embedding + output layer, 3.9 GiB), which the ZeRO-3 lowering allocates before the head's backward; "
-    "FSDP2 creates it in the root's post-backward, at the end of the backward. Without it, allocated bytes at "
-    "the peak are about 72 GiB (also 0.25 GiB of the eager fp32 final RMSNorm input is not counted).",
+    "- FSDP2's gradient buffers follow its post-backward (lower/zero3.py, helper noticed): autograd's unsharded "
+    "bf16 gradients live from the backward op that writes them until the unit's reduce-scatter copy-in, and the "
+    "root unit's fp32 reduce-scatter input (embedding + output layer, 3.9 GiB) is allocated after the whole "
+    "backward, as FSDP2's root post-backward does; it used to sit at this peak, which read 76.0 / 62.0 GiB. "
+    "'comm' at the peak (3.3 GiB) still holds the output layer's 1 GiB bf16 gradient.",
     "- Left unmodelled: the published figure is reserved memory, and no source quantifies the caching "
-    "allocator's reserved-minus-allocated gap; against ~72 GiB allocated it is ~10 GiB for the eager rows and "
-    "~5 GiB for the compiled ones. The compiled rows' close match is therefore partly the 3.9 GiB above "
-    "offsetting that gap; the eager rows stay 7-8 % under. No constant is fitted.",
+    "allocator's reserved-minus-allocated gap; against the simulated peaks it is about 8-9 GiB for the eager "
+    "rows and 3-4 GiB for the compiled ones, which is why every row reads under (5-12 %). No constant is "
+    "fitted.",
 )
 """What the memory table's figures are made of, and what they miss."""
 
