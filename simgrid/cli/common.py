@@ -199,7 +199,7 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
                         "--zero 0-2 Megatron-LM's fp32 main_grad (4-byte gradients, all-reduced / reduce-scattered "
                         "in fp32; Megatron's bf16 default), with --zero 3 FSDP2's fp32 reduce-scatter (torchtitan's "
                         "default; needs --zero-impl fsdp2)")
-    g.add_argument("--cross-entropy", choices=("fused", "unfused"), default="fused",
+    g.add_argument("--cross-entropy", default="fused", metavar="{fused,unfused}",
                    help="the loss's working memory: fused (Megatron-Core's vocab-parallel kernel, fp32 softmax "
                         "built and differentiated in place; default) or unfused (PyTorch F.cross_entropy on an fp32 "
                         "copy of the logits, as torchtitan calls it)")

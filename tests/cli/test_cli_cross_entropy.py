@@ -52,3 +52,12 @@ def test_simulate_and_sweep_take_the_flag(capsys: pytest.CaptureFixture[str]) ->
     args = build_parser().parse_args(["sweep", "--model", "tiny-gpt", "--cluster", "dgx-a100-hdr", "--gpus", "2",
                                       "--gbs", "8", "--cross-entropy", "unfused"])
     assert dict(constraints_from_args(args).recipe)["cross_entropy"] == "unfused"
+
+
+def test_bad_cross_entropy_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown loss implementation exits 2 with one stderr line naming the field, the value and the choices
+    (the layout's check, as for --zero-impl), not argparse's usage dump."""
+    assert main([*MEMORY[:-1], "--cross-entropy", "fusedd"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1
+    assert "cross_entropy = 'fusedd' is not one of fused, unfused" in lines[0]
