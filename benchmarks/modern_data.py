@@ -106,6 +106,9 @@ class DevRow:
     """Megatron sequence parallelism (or torchtitan's sequence-parallel norms) with tp > 1."""
     tp_comm_overlap: bool = False
     """Megatron-Core ``--tp-comm-overlap`` (Transformer Engine's chunked TP overlap; Layout.tp_comm_overlap)."""
+    tp_impl: str = "megatron"
+    """Tensor-parallel implementation (Layout.tp_impl): ``dtensor`` for torchtitan's DTensor TP on ``[b, s, h]``
+    activations (a chunk + cat copy per sequence-parallel collective), ``megatron`` else."""
     overlap_param_gather: bool = False
     """Megatron-Core ``--overlap-param-gather`` (ZeRO-1 parameter gathers in the next step's forward;
     Layout.overlap_param_gather). Rows with ``zero_impl = "megatron"`` also take Megatron-Core's gradient
@@ -314,6 +317,7 @@ DEV_ROWS: tuple[DevRow, ...] = (
         assumed=("sequence length 8192 (torchtitan llama3_70b.toml at 820504e)",
                  "global batch 512 = local batch 16 x FSDP degree 32"),
         deviations=(_TITAN_HW, _COMPILE),
+        tp_impl="dtensor",  # 820504e parallelize_llama.py apply_tp: Shard(1) of [b, s, h] (lines 139-196)
         optimizer_impl="fused",  # 820504e: optimizer.implementation defaults to "fused" (config_manager.py)
     ),
     DevRow(
@@ -326,6 +330,7 @@ DEV_ROWS: tuple[DevRow, ...] = (
         assumed=("sequence length 8192 (torchtitan llama3_8b.toml at 820504e)",
                  "global batch 96 = local batch 12 x FSDP degree 8"),
         deviations=(_TITAN_HW, _COMPILE),
+        tp_impl="dtensor",  # 820504e parallelize_llama.py apply_tp: Shard(1) of [b, s, h] (lines 139-196)
         optimizer_impl="fused",  # 820504e: optimizer.implementation defaults to "fused" (config_manager.py)
     ),
     # NeMo AutoModel: Llama 3.1 70B, FSDP2 + context parallel 2, full activation checkpointing.

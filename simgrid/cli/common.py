@@ -203,6 +203,9 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
                    help="the loss's working memory: fused (Megatron-Core's vocab-parallel kernel, fp32 softmax "
                         "built and differentiated in place; default) or unfused (PyTorch F.cross_entropy on an fp32 "
                         "copy of the logits, as torchtitan calls it)")
+    g.add_argument("--tp-impl", default="megatron", metavar="{megatron,dtensor}",
+                   help="whose tensor parallelism: megatron ([s, b, h] activations; default) or dtensor (torchtitan's "
+                        "DTensor TP on [b, s, h]: a chunk + cat copy per sequence-parallel gather and scatter)")
 
 
 def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -216,7 +219,7 @@ def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "kernel_fusion": getattr(args, "kernel_fusion", "fused"),
             "optimizer_impl": getattr(args, "optimizer_impl", "fused"),
             "zero_impl": getattr(args, "zero_impl", "deepspeed"), "reduce_dtype": getattr(args, "reduce_dtype", "param"),
-            "cross_entropy": getattr(args, "cross_entropy", "fused")}
+            "cross_entropy": getattr(args, "cross_entropy", "fused"), "tp_impl": getattr(args, "tp_impl", "megatron")}
 
 
 def add_hardware_args(parser: argparse.ArgumentParser, *, cluster_required: bool, gpu_profile: bool,
@@ -357,7 +360,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         zero_impl=getattr(args, "zero_impl", "deepspeed"), reduce_dtype=getattr(args, "reduce_dtype", "param"),
         tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
         overlap_param_gather=getattr(args, "overlap_param_gather", False),
-        cross_entropy=getattr(args, "cross_entropy", "fused"),
+        cross_entropy=getattr(args, "cross_entropy", "fused"), tp_impl=getattr(args, "tp_impl", "megatron"),
         optimizer_impl=getattr(args, "optimizer_impl", "fused"),
     )
     if order is None:

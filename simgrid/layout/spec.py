@@ -29,6 +29,7 @@ ReduceDtype = Literal["param", "fp32"]
 BucketPolicy = Literal["ddp", "megatron"]
 CrossEntropyImpl = Literal["fused", "unfused"]
 OptimizerImpl = Literal["fused", "foreach"]
+TPImpl = Literal["megatron", "dtensor"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
@@ -42,6 +43,7 @@ REDUCE_DTYPES: tuple[str, ...] = get_args(ReduceDtype)
 BUCKET_POLICIES: tuple[str, ...] = get_args(BucketPolicy)
 CROSS_ENTROPY_IMPLS: tuple[str, ...] = get_args(CrossEntropyImpl)
 OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
+TP_IMPLS: tuple[str, ...] = get_args(TPImpl)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need
 #: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
@@ -156,6 +158,12 @@ class Layout:
     all-gathers and reduce-scatters of the transformer layers in chunks beside their GEMMs
     (:mod:`simgrid.schedules.lower.tp_overlap`); False issues each next to its GEMM and waits for it. Needs
     tp > 1 and sequence parallelism (Megatron-LM's argument check)."""
+    tp_impl: TPImpl = "megatron"
+    """Whose tensor parallelism, by its activation layout: ``megatron`` keeps activations ``[s, b, h]``, so the
+    sequence-parallel all-gathers and reduce-scatters work on dim 0 with no copy (Megatron-LM); ``dtensor`` is
+    PyTorch DTensor TP as torchtitan applies it to ``[b, s, h]`` activations sharded on dim 1, where every
+    sequence-parallel all-gather is followed by, and every reduce-scatter preceded by, a chunk + cat copy of
+    the whole tensor on the compute stream (:mod:`simgrid.schedules.lower.dtensor_copies`)."""
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
@@ -178,6 +186,7 @@ class Layout:
         _choice("bucket_policy", self.bucket_policy, BUCKET_POLICIES)
         _choice("cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
         _choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
+        _choice("tp_impl", self.tp_impl, TP_IMPLS)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
                      "tp_comm_overlap", "overlap_param_gather"):
             if not isinstance(getattr(self, flag), bool):
@@ -291,6 +300,9 @@ class Layout:
                 "only (torchtitan's tensor parallelism, whose reduce-scatter outputs the policy saves); turn "
                 "sequence_parallel on"
             )
+        if self.tp_comm_overlap and self.tp_impl != "megatron":
+            raise LayoutError(f"layout: tp_comm_overlap is Megatron-Core's userbuffers overlap, but tp_impl = "
+                              f"{self.tp_impl!r}; use tp_impl 'megatron' or turn tp_comm_overlap off")
         if self.reduce_dtype == "fp32" and self.zero == 3 and self.zero_impl != "fsdp2":
             raise LayoutError(
                 f"layout: reduce_dtype 'fp32' with zero 3 is FSDP2's MixedPrecisionPolicy setting, but zero_impl = "

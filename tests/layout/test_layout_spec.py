@@ -139,3 +139,15 @@ def test_optimizer_impl_defaults_to_fused_and_rejects_unknown_values() -> None:
     assert Layout.from_dict(Layout(optimizer_impl="foreach").to_dict()).optimizer_impl == "foreach"
     with pytest.raises(LayoutError, match=r"^layout: optimizer_impl = 'apex' is not one of fused, foreach$"):
         Layout(optimizer_impl="apex")  # type: ignore[arg-type]
+
+
+def test_tp_impl_defaults_to_megatron_and_refuses_bad_values() -> None:
+    """tp_impl names whose tensor parallelism runs (megatron [s, b, h] or torchtitan's DTensor [b, s, h]): default
+    megatron, dtensor survives to_dict, an unknown name and dtensor with Megatron's userbuffers overlap are refused."""
+    assert Layout().tp_impl == "megatron"
+    lay = Layout(tp=2, sequence_parallel=True, tp_impl="dtensor")
+    assert Layout(**lay.to_dict()) == lay
+    with pytest.raises(LayoutError, match="tp_impl = 'nemo' is not one of megatron, dtensor"):
+        Layout(tp_impl="nemo")  # type: ignore[arg-type]
+    with pytest.raises(LayoutError, match="tp_comm_overlap is Megatron-Core's.*tp_impl = 'dtensor'"):
+        Layout(tp=2, sequence_parallel=True, tp_comm_overlap=True, tp_impl="dtensor")

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.schedules.lower.context import LoweringContext, Role
+from simgrid.schedules.lower.dtensor_copies import copies_dtensor, with_copies
 
 REGATHER = "input-regather"
 """Label of the backward's sequence-parallel all-gather of a sub-block's input (:mod:`simgrid.model.comm`)."""
@@ -141,13 +142,21 @@ def wrap_compute_ops(role: Role, wrap: Callable[[Compute], tuple[list[Op], list[
 
 
 def add_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
-    """Wrap every F, B, I and full-recompute R op with its tensor-parallel collectives (with
+    """Wrap every F, B, I and full-recompute R op with its tensor-parallel collectives, and with
+    ``tp_impl = "dtensor"`` add DTensor's chunk + cat copies to the op (:mod:`.dtensor_copies`) (with
     ``tp_comm_overlap`` the build runs :func:`simgrid.schedules.lower.tp_overlap.add_overlapped_tensor_parallel`
     instead)."""
     if ctx.layout.tp == 1:
         return role
     group = Mesh.tp_group_name(ctx.coord(pp_rank))
-    return wrap_compute_ops(role, lambda op: tp_collectives(ctx, op, group))
+    if not copies_dtensor(ctx.layout):
+        return wrap_compute_ops(role, lambda op: tp_collectives(ctx, op, group))
+
+    def around(op: Compute) -> list[Op]:
+        before, after = tp_collectives(ctx, op, group)
+        return [*before, with_copies(op, before, after), *after]
+
+    return replace_compute_ops(role, around)
 
 
 def add_context_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
