@@ -149,5 +149,5 @@ def test_tp_impl_defaults_to_megatron_and_refuses_bad_values() -> None:
     assert Layout(**lay.to_dict()) == lay
     with pytest.raises(LayoutError, match="tp_impl = 'nemo' is not one of megatron, dtensor"):
         Layout(tp_impl="nemo")  # type: ignore[arg-type]
-    with pytest.raises(LayoutError, match="tp_comm_overlap is Megatron-Core's.*tp_impl = 'dtensor'"):
+    with pytest.raises(LayoutError, match=r"tp_comm_overlap is Megatron-Core's.*tp_impl = 'dtensor'"):
         Layout(tp=2, sequence_parallel=True, tp_comm_overlap=True, tp_impl="dtensor")
