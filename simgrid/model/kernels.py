@@ -10,14 +10,16 @@ forward                                             backward
   norm: read x, write y                 2E            read dy and x, write dx            3E
   rope on Q, K: read, write             2(Q+K)        same                               2(Q+K)
   softmax (scale+mask fused): r, w      2S            read dP and P, write dS            3S
+    Megatron's causal kernel (s <= 4096)  (1 + c)S      (lower triangle read, full write)  (1 + 2c)S
   attention dropout: read, write+mask   S(2d+1)/d     read dY and mask, write dX         S(2d+1)/d
   bias+dropout+residual add:            3E + mask     read dY (and mask), write dX       2E + mask
   bias+GeLU: read, write                2F            read dY and x, write dx            3F
   SwiGLU: read gate, up; write          3F            read dY, gate, up; write two       5F
                                                       residual-branch gradient sum       3E
                                                       bias gradients (column sums): read the output grads
-where ``E = T h d`` (divided by ``tp`` under sequence parallelism), ``S = a_local b s^2 d``,
-``F = T f_local d``, ``T = b s`` tokens and ``d`` the element size. Matmul operands are not counted here
+with ``c = (s + 1) / (2 s)``; Megatron-LM's backward also scales dQ and dK by the softmax scale and cats dQ,
+dK, dV into the QKV gradient (:func:`_unfused_core`). ``E = T h d`` (divided by ``tp`` under sequence
+parallelism), ``S = a_local b s^2 d``, ``F = T f_local d``, ``T = b s`` tokens and ``d`` the element size. Matmul operands are not counted here
 (the compute model costs every GEMM by its shape, :mod:`simgrid.model.gemms`, including the unfused attention
 core's batched GEMMs and their s x s operands). The embedding is a gather (read + write ``T h d``), a
 position add and a dropout; the loss is an fp32 cross entropy over the (vocabulary-parallel) logits, see
