@@ -247,7 +247,7 @@ def _unfused_core(model: ModelSpec, layout: Layout) -> _Core:
     """QK^T, scale+mask+softmax, (dropout,) PV with the s x s scores in HBM (Megatron-LM SC'21 / 2022).
 
     Checked against Megatron-LM's ``ParallelAttention.forward`` (megatron/model/transformer.py, v2.5 lines
-    245-345; the 2022 ``CoreAttention``, commit 2755bcb87b, is the same sequence) and PyTorch's autograd
+    188-354; the 2022 ``CoreAttention``, commit 2755bcb87b, is the same sequence) and PyTorch's autograd
     formulas. Forward: ``baddbmm`` (beta 0, the 1/sqrt(d) scale in its epilogue) on views of the QKV output
     (``split_tensor_along_last_dim`` returns strided views and ``view``/``transpose`` feed cuBLAS their strides:
     no copy), the fused scale+mask+softmax, the attention dropout, ``bmm`` with V, and the
