@@ -6,6 +6,7 @@ any stream is busy."""
 from __future__ import annotations
 
 from itertools import pairwise
+from typing import Any
 
 import pytest
 from schedule_helpers import TINY, context, flat
@@ -122,14 +123,14 @@ def _waited_at_once(ops: tuple[Op, ...] | list[Op]) -> bool:
 def test_without_the_field_collectives_stay_synchronous_and_backwards_whole(sp: bool) -> None:
     """tp_async_grad_comm = False (the default): one compute op per backward block, each TP collective waited
     at once; with the field the build routes through the async pass (some collective is not waited at once)."""
-    layout = {"tp": 2, "sequence_parallel": sp, "pp": 2, "global_batch_size": 4}
-    plain = build_program(TINY, Layout(**layout)).ranks[0]  # type: ignore[arg-type]
-    assert Layout(**layout).tp_async_grad_comm is False  # type: ignore[arg-type]
+    layout: dict[str, Any] = {"tp": 2, "sequence_parallel": sp, "pp": 2, "global_batch_size": 4}
+    plain = build_program(TINY, Layout(**layout)).ranks[0]
+    assert Layout(**layout).tp_async_grad_comm is False
     assert _waited_at_once(plain)
     ctx = context("block", **layout)
     bare = [o for o in flat(compute_steps(ctx, 0)) if isinstance(o, Compute)]
     assert sum(isinstance(o, Compute) and o.kind in ("F", "B", "I", "W") for o in plain) == len(bare)
-    assert not _waited_at_once(build_program(TINY, Layout(tp_async_grad_comm=True, **layout)).ranks[0])  # type: ignore[arg-type]
+    assert not _waited_at_once(build_program(TINY, Layout(tp_async_grad_comm=True, **layout)).ranks[0])
 
 
 def test_tp_one_makes_the_field_a_no_op() -> None:
