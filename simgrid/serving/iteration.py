@@ -17,7 +17,7 @@ layer, on one tensor-parallel rank of one pipeline stage:
   thousands of tokens is compute-bound, a decode of a few sequences reads every weight once per
   iteration and is bound by HBM (Pope et al., "Efficiently Scaling Transformer Inference", MLSys 2023,
   section 3). The HBM rate is the profile's ``hbm_bandwidth * hbm_efficiency`` (a measured streaming
-  fraction, e.g. 0.87 on A100; each profile's ``[sources]`` says where it comes from).
+  fraction, e.g. 0.81 on A100 80GB; each profile's ``[sources]`` says where it comes from).
 * The attention core takes ``max(pairs * FLOPs per pair / FlashAttention speed, KV bytes read and written /
   HBM rate)``: a decode token attends to its whole cached context, so it reads the sequence's K and V once
   per layer (FlashDecoding/PagedAttention); a prefill chunk is compute-bound. The speed is the GPU profile's

@@ -40,8 +40,9 @@ def test_candidate_layouts_of_llama2_70b_on_8_gpus() -> None:
 
 
 def test_capacity_is_the_highest_rate_meeting_the_targets() -> None:
-    """The rate found meets the targets when simulated again, and a rate 12% higher misses one: the search
-    stopped within its 5% bracket of the boundary."""
+    """The rate found meets the targets when simulated again, and a rate 25% higher misses one: the search
+    stopped near the boundary. (A p99 over 40 requests is not monotone in the rate within ~10%: on the A100
+    profile +5% misses while +12% meets, so the check leaves that margin.)"""
     targets = LatencyTargets(tpot_p99=0.02)
     cap = layout_capacity("llama2-7b", "dgx-a100-hdr", ServingLayout(), WORKLOAD, targets)
     assert cap.feasible and cap.rate_per_s > 0
@@ -49,7 +50,7 @@ def test_capacity_is_the_highest_rate_meeting_the_targets() -> None:
                                                                                                cap.rate_per_s))
     assert targets.violations(again.metrics) == []
     above = simulate_serving("llama2-7b", "dgx-a100-hdr", ServingLayout(),
-                             with_poisson_arrivals(WORKLOAD, cap.rate_per_s * 1.12))
+                             with_poisson_arrivals(WORKLOAD, cap.rate_per_s * 1.25))
     assert targets.violations(above.metrics)
     assert cap.tokens_per_s_per_gpu == pytest.approx(again.metrics.output_tokens_per_s_per_gpu)
 

@@ -11,7 +11,7 @@ from simgrid.model import get_model
 from simgrid.serving import IterationCostModel, ServingConfig, ServingLayout, chunk_shape, combine
 from simgrid.topology import Topology
 
-A100_RATE_Bps = 2039e9 * 0.87  # datasheet HBM bandwidth x the profile's measured streaming efficiency
+A100_RATE_Bps = 2039e9 * 0.81  # datasheet HBM bandwidth x the profile's measured streaming efficiency
 A100_BF16 = 312e12
 LLAMA7_LAYER_MATMUL = (4 * 4096**2, 3 * 4096 * 11008)  # attention (QKV + out) and SwiGLU MLP weights
 LLAMA7_NORM = 4096
