@@ -75,7 +75,7 @@ def test_lowering_charges_each_copy_to_the_compute_op_it_runs_beside() -> None:
     fsdp2 = _compute(_layout())
     assert [(op.kind, op.block_start) for op in base] == [(op.kind, op.block_start) for op in fsdp2]
     deltas = {(op.kind, op.block_start): (op.hbm_bytes - b.hbm_bytes, op.kernels - b.kernels)
-              for op, b in zip(fsdp2, base) if op.kind != "OPT"}
+              for op, b in zip(fsdp2, base, strict=True) if op.kind != "OPT"}
     assert deltas == {
         ("F", 0): (5 * R + 4 * R + 5 * P, 5), ("F", 1): (4 * P + 5 * P, 3), ("F", 2): (0, 0),
         ("F", 3): (4 * P, 1), ("F", 4): (0, 0), ("F", 5): (0, 0),
@@ -106,6 +106,6 @@ def test_later_micro_batches_accumulate_into_the_sharded_gradient() -> None:
     lay = _layout(reduce_dtype="fp32", global_batch_size=4)
     base = _layout(zero=0, reduce_dtype="fp32", global_batch_size=4)
     delta = {(op.kind, op.microbatch, op.block_start): op.hbm_bytes - b.hbm_bytes
-             for op, b in zip(_compute(lay), _compute(base)) if op.kind == "B"}
+             for op, b in zip(_compute(lay), _compute(base), strict=True) if op.kind == "B"}
     assert delta[("B", 0, 2)] == 4 * P
     assert delta[("B", 1, 2)] == 4 * P + 12 * (P // 2)
