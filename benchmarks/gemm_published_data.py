@@ -76,6 +76,13 @@ _VLLM_CAVEAT = "H100 variant (SXM or PCIe/NVL) not stated in the PR"
 _TILEOPS = ("tile-ai/TileOPs pull request #2148 (2026-09-17), 'Accelerate H200 BMM with the shared GEMM template', "
             "Environment 'NVIDIA H200, CUDA 13.2, PyTorch 2.13.0', table BmmFwdOp, column torch-cublas (ms); shape "
             "(B, M, N, K), listed here stacked along m; TFLOP/s = 2 B M N K / time")
+_AZURE = ("Azure/AI-benchmarking-guide (commit 8fd0c6e), Azure_Results/ND_A100_v4_results.md, 'GEMM CuBLASLt' table "
+          "(NVIDIA A100-SXM4-80GB, CUDA 12.5, driver 550.90.07; FP16, random initialization, 10,000 warmup iterations). "
+          "Benchmarks/GEMMCublasLt.py runs superbenchmark's cublaslt_gemm (fork gitaumark/superbenchmark, commit 3e2f95d "
+          "of 2024-07-24, the one of the results' date): -m -n -k passed as given; D = m x n, A^T (k x m) times B "
+          "(k x n), so k is the inner dimension; inputs uniform in [-1, 1]; cuBLASLt's first heuristic algorithm with "
+          "a workspace of 2 m n bytes; mean of 1000 back-to-back launches (so each carries the gap between kernels); "
+          "it prints m n (2k - 1) / time, converted here to 2 m n k / time (at most +0.05%)")
 _TILEOPS_CAVEAT = ("H200 variant (SXM 700 W or NVL) not stated; the time is printed to 3 significant digits and a "
                    "12-31 us kernel carries its fixed per-kernel cost, which gemm_shape_time_s leaves out")
 
@@ -106,6 +113,13 @@ POINTS: tuple[GemmPoint, ...] = (
     GemmPoint(gpu="A100 SXM", profile="a100-80gb-sxm", m=8192, n=8192, k=8192, dtype="fp16", tflops=257.0,
               regime="sustained", status="calibration",
               caveat="a100 sustained_clock_fraction is solved from it", source=f"{_HORACE}: 257 TFLOP/s with randn inputs"),
+    # -- Azure ND A100 v4, cuBLASLt fp16 after 10,000 warm-up launches (sustained, power-limited) ---------------
+    *(GemmPoint(gpu="A100 SXM", profile="a100-80gb-sxm", m=m, n=n, k=k, dtype="fp16",
+                tflops=t * 2 * k / (2 * k - 1), regime="sustained",
+                source=f"{_AZURE}: row '{m} | {n} | {k} | {t:g}'")
+      for m, n, k, t in ((1024, 1024, 1024, 119.4), (2048, 2048, 2048, 221.8), (4096, 4096, 4096, 228.0),
+                         (8192, 8192, 8192, 253.7), (16384, 16384, 16384, 256.5), (1024, 2145, 1024, 132.8),
+                         (6144, 12288, 12288, 250.8), (802816, 192, 768, 157.8))),
     # -- SwiGLU MLP GEMMs at h = 4096 (transformer class; provenance caveat) ------------------------------------
     *(GemmPoint(gpu="H100", profile="h100-sxm", m=4 * 4096, n=4096, k=d_ff, dtype="fp16", tflops=t, regime="burst",
                 source=f"{_SWIGLU}: 'd_ff {d_ff}  tflops {t:.2f}'", status="not-comparable",

@@ -10,7 +10,9 @@ Guide", DU-09799-001, 2023, sections 2.3 and 3: tile and wave quantization). One
 
 with ``R_sm`` the SM's share of the sustained tensor rate ``R = peak * max_efficiency *
 sustained_clock_fraction`` and ``B_sm`` its share of the achievable HBM bandwidth ``B``. The second term is
-the epilogue: a non-persistent kernel writes its tile after the main loop, not overlapped with it. Summed
+the epilogue: a non-persistent kernel writes its tile after the main loop, not overlapped with it. The SMs'
+tensor cores are private but HBM is one shared resource, so a wave's epilogues cost the bytes its thread blocks
+write at ``B``: a partial last wave of ``t`` blocks writes ``t`` tiles, not ``sm_count`` (session 8). Summed
 over exactly full waves this is ``flops / R + output_bytes / B``, i.e. an efficiency ``k / (k + k0)`` in
 the inner dimension with ``k0 = d_out R / (2 B)``: 252 for an H800's bf16 GEMMs at its measured 758 TFLOP/s
 and 3.35 TB/s x 0.9, against 247-262 fitted to the H800 sweep over K at M = N = 8192 (386, 520, 628, 705,
@@ -209,7 +211,10 @@ def _tile_time(m: int, n: int, k: int, g: _TileModel) -> float:
             slice_k = -(-k // split)
             waves = -(-(tiles * split) // g.sms)
             partial = g.d_out if split == 1 else PARTIAL_BYTES
-            seconds = waves * (2.0 * a * b * slice_k / rate + a * b * partial / g.bandwidth) * g.sms
+            # Main loops at the SM's share of the tensor rate, wave after wave; the epilogues' writes share the
+            # whole HBM bandwidth among the thread blocks that make them, so a partial last wave writes only
+            # its own tiles (for full waves this is ``waves x sms`` tile writes, as before).
+            seconds = waves * 2.0 * a * b * slice_k / rate * g.sms + tiles * split * a * b * partial / g.bandwidth
             if split > 1:
                 seconds += tiles * a * b * (PARTIAL_BYTES * split + g.d_out) / g.bandwidth
             best = min(best, seconds)
@@ -246,10 +251,12 @@ def _stream_k_time(tiles: int, a: int, b: int, k: int, rate: float, g: _TileMode
     dp_waves, sk_tiles, sk_units = stream_k_split(tiles, steps, g.sms)
     if sk_tiles == 0 or sk_units == 0:
         return float("inf")
-    wave = (2.0 * a * b * k / rate + a * b * g.d_out / g.bandwidth) * g.sms
+    wave = (2.0 * a * b * k / rate + a * b * g.d_out / g.bandwidth) * g.sms  # a full wave: every SM writes a tile
     per_unit = -(-(sk_tiles * steps) // sk_units)
-    sk = (per_unit * 2.0 * a * b * (k / steps) / rate + -(-sk_tiles // sk_units) * a * b * g.d_out / g.bandwidth
-          + 2 * a * b * PARTIAL_BYTES / g.bandwidth) * g.sms
+    # The stream-K phase writes each of its tiles once and each unit's fp32 partial once, read back once; those
+    # bytes share the whole HBM bandwidth (not ``sms`` fixed slices), as the data-parallel epilogue does.
+    sk = (per_unit * 2.0 * a * b * (k / steps) / rate * g.sms + sk_tiles * a * b * g.d_out / g.bandwidth
+          + 2 * sk_units * a * b * PARTIAL_BYTES / g.bandwidth)
     return dp_waves * wave + sk
 
 

@@ -4,6 +4,7 @@ shipped profiles against the measurements they cite."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from pathlib import Path
 
 import pytest
@@ -193,6 +194,47 @@ def test_a_smaller_tile_fills_idle_sms_at_its_lower_reuse() -> None:
     assert t == pytest.approx(by_hand(1, 256) * 2 / 3, rel=0.01)
 
 
+def test_a_partial_last_wave_writes_only_its_own_tiles() -> None:
+    """Six 64 x 128 tiles on 4 SMs: two waves of main loop, but the second wave has 2 thread blocks, and HBM is
+    shared, so the epilogues write 6 tiles at the whole bandwidth, not 8 (the 64 x 64 alternative, 12 tiles in
+    3 waves at 0.75 of the rate, costs the same). Cheaper than two full waves, dearer than 1.5 of them."""
+    gpu = tiny_gpu()
+    k = 4096
+    main = 2 * 64 * 128 * k / (100e12 / 4)
+    write = 64 * 128 * 2 / 10_000e9
+    t = gemm_shape_time_s(128, 384, k, gpu, dtype="bf16")
+    assert t == pytest.approx(2 * main + 6 * write)
+    assert 1.5 * by_hand(2, k) / 2 < t < by_hand(2, k)
+
+
+@pytest.mark.parametrize("gpu_name", ["a100-80gb-sxm", "h100-sxm"])
+def test_more_output_rows_never_cost_less(gpu_name: str) -> None:
+    """Adding rows to the output only adds tiles: for each candidate tile the waves and the bytes written do not
+    shrink, so the cheapest candidate cannot get cheaper (checked on TP-chunk-like widths from 64 to 4096 rows)."""
+    gpu = load_gpu(gpu_name)
+    for n, k in ((1024, 1024), (4096, 4096), (2688, 7168)):
+        times = [gemm_shape_time_s(m, n, k, gpu, dtype="bf16") for m in range(64, 4097, 64)]
+        assert all(later >= earlier * (1 - 1e-12) for earlier, later in itertools.pairwise(times))
+
+
+@pytest.mark.parametrize("gpu_name", ["a100-80gb-sxm", "h100-sxm", "b200"])
+def test_no_partial_wave_beats_a_perfectly_balanced_gpu(gpu_name: str) -> None:
+    """Whatever tile, split-K or stream-K is chosen, a GEMM never costs less than every SM busy at the sustained
+    main-loop rate plus writing its output once at the achievable HBM bandwidth (or moving its operands)."""
+    import random
+
+    from simgrid.costs.gemm import hbm_bytes_per_s, sustained_tensor_flops
+
+    gpu = load_gpu(gpu_name)
+    rate, bandwidth = sustained_tensor_flops(gpu, "bf16"), hbm_bytes_per_s(gpu)
+    rng = random.Random(8)
+    for _ in range(200):
+        m, n, k = (rng.choice((rng.randint(64, 1024), rng.randint(1, 64) * 128, rng.randint(1, 20000)))
+                   for _ in range(3))
+        t = gemm_shape_time_s(m, n, k, gpu, dtype="bf16")
+        assert t >= (2 * m * n * k / rate + m * n * 2 / bandwidth) * (1 - 1e-12)
+
+
 def stream_k_gpu() -> GPUSpec:
     gpu = tiny_gpu()
     return GPUSpec(**{**gpu.__dict__, "matmul": MatmulEfficiency(max_efficiency=1.0, tile_m=64, tile_n=128,
@@ -201,15 +243,19 @@ def stream_k_gpu() -> GPUSpec:
 
 def test_stream_k_spreads_a_partial_last_wave_over_all_sms() -> None:
     """Five 64 x 128 tiles (K = 4096 = 64 steps of 64) on 4 SMs: data-parallel takes 2 waves; stream-K gives
-    each SM ceil(5 * 64 / 4) = 80 steps, two epilogues at most, and one fp32 partial written and read back."""
+    each SM ceil(5 * 64 / 4) = 80 steps; the five tiles are written once and each of the 4 units writes one fp32
+    partial that is read back, all at the whole HBM bandwidth."""
     m, n, k = 320, 128, 4096
     steps = 80 * 2 * 64 * 128 * 64 / (100e12 / 4)
-    epilogues = 2 * 64 * 128 * 2 / (10_000e9 / 4)
-    fixup = 2 * 64 * 128 * 4 / (10_000e9 / 4)
+    epilogues = 5 * 64 * 128 * 2 / 10_000e9
+    fixup = 2 * 4 * 64 * 128 * 4 / 10_000e9
     t = gemm_shape_time_s(m, n, k, stream_k_gpu(), dtype="bf16")
     assert t == pytest.approx(steps + epilogues + fixup)
-    # without stream-K: two waves of the large tile, or ten 64 x 64 tiles in three waves at 0.75 of the rate
-    data_parallel = min(by_hand(2, k), by_hand(3, k, tile=(64, 64), rate=100e12 * REUSE_64))
+    # without stream-K: two waves of the large tile (five tiles written), or ten 64 x 64 tiles in three waves at
+    # 0.75 of the rate (ten written)
+    large = 2 * 2 * 64 * 128 * k / (100e12 / 4) + 5 * 64 * 128 * 2 / 10_000e9
+    small = 3 * 2 * 64 * 64 * k / (100e12 * REUSE_64 / 4) + 10 * 64 * 64 * 2 / 10_000e9
+    data_parallel = min(large, small)
     assert gemm_shape_time_s(m, n, k, tiny_gpu(), dtype="bf16") == pytest.approx(data_parallel)
     assert t < 0.7 * data_parallel
 
@@ -240,14 +286,15 @@ def test_stream_k_split_follows_cutlass_heuristic(tiles: int, k_steps: int, sms:
 
 def test_stream_k_with_fewer_units_than_sms() -> None:
     """One 64 x 128 tile with K = 512 (8 steps) stays whole; with K = 1024 (16 steps) the scheduler makes at
-    most 16 // 8 = 2 units: each takes 8 steps, one writes the epilogue, one partial is written and read."""
+    most 16 // 8 = 2 units: each takes 8 steps, the tile is written once, and the 2 units' partials are written
+    and read back, at the whole HBM bandwidth."""
     gpu = stream_k_gpu()
     from simgrid.costs.gemm import _stream_k_time, _tile_model
     g = _tile_model(gpu, "bf16")
     assert _stream_k_time(1, 64, 128, 512, g.rate, g) == float("inf")
     steps = 8 * 2 * 64 * 128 * 64 / (100e12 / 4)
-    epilogue = 64 * 128 * 2 / (10_000e9 / 4)
-    fixup = 2 * 64 * 128 * 4 / (10_000e9 / 4)
+    epilogue = 64 * 128 * 2 / 10_000e9
+    fixup = 2 * 2 * 64 * 128 * 4 / 10_000e9
     assert _stream_k_time(1, 64, 128, 1024, g.rate, g) == pytest.approx(steps + epilogue + fixup)
 
 
