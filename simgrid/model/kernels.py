@@ -10,14 +10,16 @@ forward                                             backward
   norm: read x, write y                 2E            read dy and x, write dx            3E
   rope on Q, K: read, write             2(Q+K)        same                               2(Q+K)
   softmax (scale+mask fused): r, w      2S            read dP and P, write dS            3S
+    Megatron's causal kernel (s <= 4096)  (1 + c)S      (lower triangle read, full write)  (1 + 2c)S
   attention dropout: read, write+mask   S(2d+1)/d     read dY and mask, write dX         S(2d+1)/d
   bias+dropout+residual add:            3E + mask     read dY (and mask), write dX       2E + mask
   bias+GeLU: read, write                2F            read dY and x, write dx            3F
   SwiGLU: read gate, up; write          3F            read dY, gate, up; write two       5F
                                                       residual-branch gradient sum       3E
                                                       bias gradients (column sums): read the output grads
-where ``E = T h d`` (divided by ``tp`` under sequence parallelism), ``S = a_local b s^2 d``,
-``F = T f_local d``, ``T = b s`` tokens and ``d`` the element size. Matmul operands are not counted here
+with ``c = (s + 1) / (2 s)``; Megatron-LM's backward also scales dQ and dK by the softmax scale and cats dQ,
+dK, dV into the QKV gradient (:func:`_unfused_core`). ``E = T h d`` (divided by ``tp`` under sequence
+parallelism), ``S = a_local b s^2 d``, ``F = T f_local d``, ``T = b s`` tokens and ``d`` the element size. Matmul operands are not counted here
 (the compute model costs every GEMM by its shape, :mod:`simgrid.model.gemms`, including the unfused attention
 core's batched GEMMs and their s x s operands). The embedding is a gather (read + write ``T h d``), a
 position add and a dropout; the loss is an fp32 cross entropy over the (vocabulary-parallel) logits, see
@@ -218,24 +220,68 @@ class _Core(NamedTuple):
     bwd_kernels: int
 
 
+#: Longest sequence Megatron-LM's causal fused softmax (``scaled_upper_triang_masked_softmax``) takes:
+#: ``FusedScaleMaskSoftmax.is_kernel_available`` requires ``16 < sk <= 2048`` in the SC'21 code (v2.5,
+#: megatron/model/fused_softmax.py line 132) and ``<= 4096`` in the 2022 code (commit 2755bcb87b, line 171).
+#: Beyond it Megatron falls back to PyTorch's masked_fill + softmax, priced here as the full-row kernel.
+MEGATRON_CAUSAL_SOFTMAX_MAX_SEQ = 4096
+
+
+def causal_softmax_read_fraction(seq_length: int) -> float:
+    """Share of the ``s x s`` scores Megatron-LM's causal fused softmax reads: the kernel for row ``r`` loads
+    only its ``r + 1`` unmasked elements (``batch_element_count = local_seq = blockIdx.x + 1`` guards every
+    load, megatron/fused_kernels/scaled_upper_triang_masked_softmax.h lines 131-162 forward, 251-292 backward,
+    v2.5 and 2022 alike) and writes the whole row (zeros above the diagonal, lines 212-224 and 319), so it
+    reads ``s (s + 1) / 2`` of the ``s^2`` elements."""
+    return (seq_length + 1) / (2 * seq_length)
+
+
+def _megatron_causal_softmax(model: ModelSpec, layout: Layout) -> bool:
+    """Whether the core's softmax is Megatron-LM's causal fused kernel (fused kernels, 16-bit scores, every
+    query against every key of its own sequence: no context parallelism, within the kernel's length limit)."""
+    return (layout.kernel_fusion == "fused" and layout.param_bytes == 2 and layout.cp == 1
+            and 16 < model.seq_length <= MEGATRON_CAUSAL_SOFTMAX_MAX_SEQ)
+
+
 def _unfused_core(model: ModelSpec, layout: Layout) -> _Core:
-    """QK^T, scale+mask+softmax, (dropout,) PV with the s x s scores in HBM (Megatron-LM SC'21 / 2022)."""
+    """QK^T, scale+mask+softmax, (dropout,) PV with the s x s scores in HBM (Megatron-LM SC'21 / 2022).
+
+    Checked against Megatron-LM's ``ParallelAttention.forward`` (megatron/model/transformer.py, v2.5 lines
+    188-354; the 2022 ``CoreAttention``, commit 2755bcb87b, is the same sequence) and PyTorch's autograd
+    formulas. Forward: ``baddbmm`` (beta 0, the 1/sqrt(d) scale in its epilogue) on views of the QKV output
+    (``split_tensor_along_last_dim`` returns strided views and ``view``/``transpose`` feed cuBLAS their strides:
+    no copy), the fused scale+mask+softmax, the attention dropout, ``bmm`` with V, and the
+    ``permute(2, 0, 1, 3).contiguous()`` copy of the context. Backward: the two ``bmm`` gradients, dropout's
+    masked scale, the softmax backward, the two ``baddbmm`` gradients each followed by a multiply by ``alpha``
+    (autograd's ``grad.bmm(batch2^T) * alpha``: alpha = 1/norm_factor is never 1), and the ``torch.split``
+    backward, a ``cat`` of dQ, dK and dV into the QKV gradient; the context copy's gradient arrives contiguous
+    and reaches cuBLAS as a strided view (no copy back).
+    """
     d = layout.param_bytes
+    heads = local_q_heads(model, layout.tp) * layout.micro_batch_size
     # Under context parallelism the rank's s / cp queries meet all s keys.
-    scores = (local_q_heads(model, layout.tp) * layout.micro_batch_size * local_seq_length(model, layout.cp)
-              * model.seq_length * d)
+    scores = heads * local_seq_length(model, layout.cp) * model.seq_length * d
+    # ``context``: one of Q, K, V, O or their gradients, [b * heads, s, head_dim].
+    context = heads * local_seq_length(model, layout.cp) * model.head_dim * d
     # The core's batched GEMMs move the s x s operands too (QK^T writes S, PV reads P; backward dP = dO V^T
     # writes dP, dV, dQ and dK read P and dS): that traffic is priced with the GEMMs by their shapes
     # (simgrid.model.gemms, simgrid.costs.gemm: output write in the epilogue, inputs as the memory
-    # ceiling), not here. Softmax: 2S forward, 3S backward.
+    # ceiling), not here. Softmax: read, write (forward); read dP and P, write dS (backward).
     fwd, bwd = 2 * scores, 3 * scores
-    fwd_k, bwd_k = 3, 2 + 1 + 2  # QK^T, softmax, PV / PV's two GEMMs, softmax, QK^T's two GEMMs
     # The batched PV output [b, heads, s, d] is permuted to [s, b, heads * d] for the output projection with
-    # a copy (Megatron-LM megatron/model/transformer.py, ``context_layer.permute(2, 0, 1, 3).contiguous()``,
-    # in the 2021 and 2022 code alike); its gradient is copied back the same way.
-    context = (local_q_heads(model, layout.tp) * layout.micro_batch_size * local_seq_length(model, layout.cp)
-               * model.head_dim * d)
-    fwd, bwd, fwd_k, bwd_k = fwd + 2 * context, bwd + 2 * context, fwd_k + 1, bwd_k + 1
+    # a copy (``context_layer.permute(2, 0, 1, 3).contiguous()``, v2.5 transformer.py line 338).
+    fwd_k, bwd_k = 3 + 1, 2 + 1 + 2  # QK^T, softmax, PV, copy / PV's two GEMMs, softmax, QK^T's two GEMMs
+    fwd += 2 * context
+    if _megatron_causal_softmax(model, layout):
+        read = causal_softmax_read_fraction(model.seq_length)
+        fwd += round(scores * (read - 1))  # reads the lower triangle, writes the full row
+        bwd += round(2 * scores * (read - 1))  # reads dP and P on the lower triangle, writes dS
+        # baddbmm's backward scales dQ and dK by alpha (read, write each), and split's backward cats dQ, dK
+        # and dV into the [s, b, heads * 3d] QKV gradient (read 3, write 3).
+        bwd, bwd_k = bwd + 2 * 2 * context + 6 * context, bwd_k + 2 + 1
+    else:
+        # Other code (PyTorch's softmax over full rows): the context gradient copied back, as the forward.
+        bwd, bwd_k = bwd + 2 * context, bwd_k + 1
     if uses_dropout(model):
         drop = scores * (2 * d + MASK_BYTES) // d
         fwd, bwd, fwd_k, bwd_k = fwd + drop, bwd + drop, fwd_k + 1, bwd_k + 1

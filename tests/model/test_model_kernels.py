@@ -43,3 +43,48 @@ def test_megatron_head_forward_counts_every_pass_over_the_fp32_logits() -> None:
     T, h, V, d = 512, GPT.hidden_size, GPT.vocab_size, 2
     fwd = _head(micro_batch_size=1, global_batch_size=1)[0]
     assert fwd == 2 * T * h * d + T * V * 38
+
+
+# The unfused attention core, checked against Megatron-LM's attention code of 2021 (v2.5) and 2022
+# (megatron/model/transformer.py, fused_softmax.py, fused_kernels/scaled_upper_triang_masked_softmax.h).
+ATTN = next(b for b in range(10) if block_kind(GPT, b)[0] == "attn")
+
+
+def _core(**layout: object) -> tuple[int, int, int, int]:
+    from simgrid.model.kernels import _unfused_core
+
+    c = _unfused_core(GPT, Layout(**layout))  # type: ignore[arg-type]
+    return c.fwd_bytes, c.bwd_bytes, c.fwd_kernels, c.bwd_kernels
+
+
+def test_megatron_causal_softmax_reads_only_the_lower_triangle() -> None:
+    """Megatron's causal fused softmax loads the r + 1 unmasked scores of row r and writes the whole row:
+    forward reads s (s + 1) / 2 of S and writes S; backward reads dP and P on the lower triangle and writes dS.
+    PyTorch's softmax (eager) reads and writes full rows. s = 512, 4 heads, micro-batch 1, fp16 scores."""
+    s, heads, hd, d = 512, 4, 64, 2
+    S, C = heads * s * s * d, heads * s * hd * d
+    lower = heads * s * (s + 1) // 2 * d
+    drop = S * 5 // 2  # read P, write P and a 1-byte mask
+    fwd, bwd, fwd_k, bwd_k = _core()
+    assert fwd == lower + S + 2 * C + drop
+    # backward: softmax, dQ and dK scaled by alpha (read, write each), split's cat of dQ, dK, dV (read 3, write
+    # 3), dropout's masked scale; the context gradient reaches cuBLAS as a strided view (no copy)
+    assert bwd == 2 * lower + S + 4 * C + 6 * C + drop
+    assert (fwd_k, bwd_k) == (5, 2 + 1 + 2 + 2 + 1 + 1)
+    e_fwd, e_bwd, _, e_bwd_k = _core(kernel_fusion="eager")
+    assert (e_fwd, e_bwd) == (2 * S + 2 * C + drop, 3 * S + 2 * C + drop)
+    assert e_bwd_k == 2 + 1 + 2 + 1 + 1
+
+
+def test_causal_softmax_applies_within_the_kernels_limits_only() -> None:
+    """The fused causal kernel needs 16-bit scores, s <= 4096 (2022 code) and one sequence per rank: fp32 or a
+    context-parallel rank keeps the full-row softmax."""
+    from simgrid.model.kernels import MEGATRON_CAUSAL_SOFTMAX_MAX_SEQ, causal_softmax_read_fraction
+
+    assert causal_softmax_read_fraction(2048) == 2049 / 4096
+    assert MEGATRON_CAUSAL_SOFTMAX_MAX_SEQ == 4096
+    fp32 = _core(precision="fp32")
+    s, heads = 512, 4
+    S4 = heads * s * s * 4
+    C4 = heads * s * 64 * 4
+    assert fp32[0] == 2 * S4 + 2 * C4 + S4 * 9 // 4
