@@ -165,12 +165,19 @@ KORTHIKANTI_SETTINGS = ("full", "selective-sp")
 
 
 def korthikanti_layout(row: KorthikantiRow, setting: str, *, vpp: int | None = None) -> Layout:
-    """Table 5 layout: no data parallelism; full recompute, or sequence parallel + selective recompute."""
+    """Table 5 layout: no data parallelism; full recompute, or sequence parallel + selective recompute.
+
+    The 2022 code (sequence-parallel merge d898a8991d, megatron/mpu/layers.py) runs the column-parallel
+    linears' backward collectives asynchronously in both settings: ``--no-async-tensor-model-parallel-allreduce``
+    is off by default (store_false), and sequence parallelism has its own always-on async all-gather and
+    reduce-scatter (``tp_async_grad_comm``; docs/design.md, "Async TP gradient communication").
+    """
     v = row.vpp if vpp is None else vpp
     selective = setting == "selective-sp"
     return Layout(dp=1, tp=row.tp, pp=row.pp, vpp=v, micro_batch_size=row.microbatch,
                   global_batch_size=row.global_batch, schedule=pipeline_schedule(row.pp, v),  # type: ignore[arg-type]
-                  recompute="selective" if selective else "full", sequence_parallel=selective, precision=PRECISION)
+                  recompute="selective" if selective else "full", sequence_parallel=selective, precision=PRECISION,
+                  tp_async_grad_comm=True)
 
 
 def simulate_korthikanti(row: KorthikantiRow, setting: str) -> RowResult:
@@ -220,8 +227,9 @@ def layer_timings(model: str = "korthikanti-22b", *, tp: int = 8, microbatch: in
     last = 2 * spec.num_layers + 1
     out = []
     for config, recompute, sp, pub_fwd, pub_bwd in KORTHIKANTI_TABLE4:
-        layout = Layout(tp=tp, micro_batch_size=microbatch, global_batch_size=microbatch,
-                        recompute=recompute, sequence_parallel=sp, precision=PRECISION)  # type: ignore[arg-type]
+        layout = Layout(tp=tp, micro_batch_size=microbatch, global_batch_size=microbatch,  # same code as Table 5
+                        recompute=recompute, sequence_parallel=sp, precision=PRECISION,  # type: ignore[arg-type]
+                        tp_async_grad_comm=True)
         result = simulate(spec, CLUSTER, layout, granularity="block")
         rows = [r for r in result.trace.rows_of(0) if r.stream == "compute" and r.kind in ("F", "B", "I", "W", "R")]
         fwd = _phase_window(rows, ("F",), last)

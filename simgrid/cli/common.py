@@ -161,6 +161,9 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
                        help="Megatron-Core --tp-comm-overlap: Transformer Engine overlaps the sequence-parallel "
                             "all-gathers / reduce-scatters with their GEMMs in chunks (needs tp > 1 and "
                             "--sequence-parallel)")
+        g.add_argument("--tp-async-grad-comm", action="store_true",
+                       help="Megatron-LM's asynchronous TP backward communication: the column-parallel linear's "
+                            "input-gradient all-reduce / reduce-scatter runs beside its weight-gradient GEMM")
         g.add_argument("--overlap-param-gather", action="store_true",
                        help="Megatron-Core --overlap-param-gather: ZeRO-1 all-gathers the updated parameters bucket "
                             "by bucket during the next step's forward instead of after the optimizer step "
@@ -356,6 +359,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         overlap_grad_reduce=getattr(args, "overlap_grad_reduce", True),
         zero_impl=getattr(args, "zero_impl", "deepspeed"), reduce_dtype=getattr(args, "reduce_dtype", "param"),
         tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
+        tp_async_grad_comm=getattr(args, "tp_async_grad_comm", False),
         overlap_param_gather=getattr(args, "overlap_param_gather", False),
         cross_entropy=getattr(args, "cross_entropy", "fused"),
         optimizer_impl=getattr(args, "optimizer_impl", "fused"),

@@ -49,6 +49,8 @@ def describe_layout(lay: Layout) -> str:
         parts.append("SP")
     if lay.tp_comm_overlap:
         parts.append("TP comm overlap")
+    if lay.tp_async_grad_comm:
+        parts.append("async TP grad comm")
     if lay.overlap_param_gather:
         parts.append("param gather overlap")
     if lay.flash_attention:

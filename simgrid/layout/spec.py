@@ -156,6 +156,13 @@ class Layout:
     all-gathers and reduce-scatters of the transformer layers in chunks beside their GEMMs
     (:mod:`simgrid.schedules.lower.tp_overlap`); False issues each next to its GEMM and waits for it. Needs
     tp > 1 and sequence parallelism (Megatron-LM's argument check)."""
+    tp_async_grad_comm: bool = False
+    """Megatron-LM's asynchronous tensor-parallel backward communication (on by default from 2021-09 on,
+    ``--no-async-tensor-model-parallel-allreduce`` turns it off; always on with ``--sequence-parallel``): the
+    column-parallel linear's input-gradient all-reduce / reduce-scatter runs beside its weight-gradient GEMM
+    and, with sequence parallelism, its input re-gather beside its input-gradient GEMM
+    (:mod:`simgrid.schedules.lower.tp_async`); False waits for each next to its GEMM. A no-op at tp = 1 (as in
+    Megatron-LM); not with tp_comm_overlap, whose Transformer Engine ``bulk`` overlap already does this."""
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
@@ -179,7 +186,7 @@ class Layout:
         _choice("cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
         _choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
-                     "tp_comm_overlap", "overlap_param_gather"):
+                     "tp_comm_overlap", "overlap_param_gather", "tp_async_grad_comm"):
             if not isinstance(getattr(self, flag), bool):
                 raise LayoutError(f"layout: {flag} = {getattr(self, flag)!r} must be true or false")
         if isinstance(self.bucket_size_MB, bool) or not isinstance(self.bucket_size_MB, int | float):
@@ -307,6 +314,11 @@ class Layout:
                 f"layout: tp_comm_overlap overlaps the sequence-parallel all-gathers and reduce-scatters with their "
                 f"GEMMs and needs tp > 1 with sequence parallelism (tp = {self.tp}, sequence_parallel = "
                 f"{self.sequence_parallel}); set both, or turn tp_comm_overlap off"
+            )
+        if self.tp_async_grad_comm and self.tp_comm_overlap:
+            raise LayoutError(
+                "layout: tp_async_grad_comm and tp_comm_overlap both overlap the backward's tensor-parallel "
+                "collectives (Transformer Engine's bulk overlap covers what the async path does); turn one off"
             )
         if self.overlap_param_gather and (self.zero != 1 or not self.overlap_grad_reduce):
             # Megatron-LM arguments.py (core_r0.8.0): --overlap-param-gather asserts the distributed optimizer

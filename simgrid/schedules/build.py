@@ -51,6 +51,7 @@ from simgrid.schedules.lower.optimizer import (
 from simgrid.schedules.lower.p2p import add_pipeline_p2p
 from simgrid.schedules.lower.param_gather import add_overlapped_param_gather
 from simgrid.schedules.lower.tensor_parallel import add_context_parallel, add_tensor_parallel
+from simgrid.schedules.lower.tp_async import add_async_tensor_parallel
 from simgrid.schedules.lower.tp_overlap import add_overlapped_tensor_parallel
 from simgrid.schedules.lower.zero3 import add_zero3
 from simgrid.schedules.pipeline import PipelineOrder
@@ -77,10 +78,12 @@ def build_roles(ctx: LoweringContext) -> list[Role]:
 def add_model_parallel_comm(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     """Pass 6: tensor-, context- and expert-parallel collectives around the compute ops, in the builder's
     order (the layout search's bounds lower their actions through this too)."""
-    if ctx.layout.tp_comm_overlap:
+    if ctx.layout.tp_comm_overlap or ctx.layout.tp_async_grad_comm:
         # The overlap splits compute ops into GEMM chunks: the passes that wrap whole compute ops go first.
         role = add_context_parallel(ctx, role, pp_rank)
         role = add_expert_parallel(ctx, role, pp_rank)
+        if ctx.layout.tp_async_grad_comm:
+            return add_async_tensor_parallel(ctx, role, pp_rank)
         return add_overlapped_tensor_parallel(ctx, role, pp_rank)
     role = add_tensor_parallel(ctx, role, pp_rank)
     role = add_context_parallel(ctx, role, pp_rank)

@@ -103,6 +103,29 @@ def test_tp_comm_overlap_is_off_by_default_and_round_trips() -> None:
     assert Layout(**lay.to_dict()) == lay
 
 
+def test_tp_async_grad_comm_defaults_off_round_trips_and_is_a_no_op_flag_at_tp_one() -> None:
+    """Default off (today's synchronous lowering); on, it survives to_dict; tp = 1 accepts it (Megatron-LM
+    turns it on only with a tensor-parallel group, so it is a no-op there)."""
+    assert Layout().tp_async_grad_comm is False
+    lay = Layout(tp=2, tp_async_grad_comm=True)
+    assert Layout.from_dict(lay.to_dict()) == lay
+    assert Layout(tp_async_grad_comm=True).tp == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tp_async_grad_comm": "yes"}, r"tp_async_grad_comm = 'yes' must be true or false"),
+        ({"tp_async_grad_comm": True, "tp": 2, "sequence_parallel": True, "tp_comm_overlap": True},
+         r"tp_async_grad_comm and tp_comm_overlap both overlap .*; turn one off"),
+    ],
+)
+def test_tp_async_grad_comm_bad_values(kwargs: dict[str, object], message: str) -> None:
+    """A non-bool, or together with Transformer Engine's overlap (which already hides these collectives)."""
+    with pytest.raises(LayoutError, match=message):
+        Layout(**kwargs)  # type: ignore[arg-type]
+
+
 def test_selective_op_needs_fused_attention_and_sequence_parallel_with_tp() -> None:
     """Per-op checkpointing saves the fused kernel's outputs (needs flash_attention) and, with tp > 1, the
     sequence-parallel reduce-scatter outputs (needs sequence_parallel); MoE models are refused."""
