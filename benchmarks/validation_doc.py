@@ -44,8 +44,9 @@ KNOWN_LIMITATIONS = """\
 - Each GEMM takes the best of cuBLAS's tile sizes (a smaller tile's rate scaled by its operand reuse),
   split-K, and on Hopper stream-K (docs/design.md, "GEMM tile choice and stream-K"). Not modelled, and
   visible in the misses: GEMM kernels below the best-shape efficiency that cuBLAS's heuristics pick for
-  some shapes, and FSDP2's copy-in on its side stream (its copy-out on the
-  compute stream is priced). torchtitan's per-op
+  some shapes, and how FSDP2's side-stream copies share HBM with compute (its all-gather copy-in and
+  post-reduce-scatter work are charged serially on the compute stream, an upper bound; its copy-out runs
+  there). torchtitan's per-op
   selective checkpointing is modelled (recompute 'selective-op'), and the torchtitan H100 rows run on their
   own 500 W, 2.4 TB/s profile (h100-sxm-96gb-500w), whose 500 W sustained clock is interpolated from
   NVIDIA's ratings, not measured.

@@ -195,10 +195,13 @@ def _compute_bytes(ops: tuple[Op, ...]) -> tuple[float, int]:
 
 def test_fsdp2_copy_out_is_paid_on_the_compute_stream_once_per_gather() -> None:
     """FSDP2 copies each all-gather's output into the unsharded parameters on the compute stream (read + write
-    2 bytes per bf16 element, one launch per gather). Without recompute the forward gathers the root (embedding,
-    final norm, head: every parameter not in a layer) and each of the L layers, the backward each layer again
-    (the root is kept): 2 x 2 x (all parameters + L x layer parameters) bytes and 1 + 2L launches more than the
-    same layout without ZeRO-3. DeepSpeed gathers into the buffer its parameters view: no extra traffic."""
+    2 bytes per bf16 element, one launch per gather), and its copy-in before it (cast + copy of the dp = 2 shard:
+    (4 + 2 + 2 x 2) / 2 = 5 bytes per gathered parameter, two launches; simgrid.schedules.lower.fsdp2_copies).
+    Without recompute the forward gathers the root (embedding, final norm, head: every parameter not in a layer)
+    and each of the L layers, the backward each layer again (the root is kept): (4 + 5) x (all parameters + L x
+    layer parameters) bytes and 3 x (1 + 2L) launches more than the same layout without ZeRO-3, plus, reducing
+    in bf16, each unit's cast back to fp32 after its reduce-scatter (2 + 4 bytes per shard element, one launch).
+    DeepSpeed gathers into the buffer its parameters view: no extra traffic."""
     from simgrid.model.params import layer_params, param_count
 
     model = ModelSpec(name="copy-out-test", num_layers=3, hidden_size=256, num_heads=4, vocab_size=1024,
@@ -207,8 +210,9 @@ def test_fsdp2_copy_out_is_paid_on_the_compute_stream_once_per_gather() -> None:
     fsdp2 = _compute_bytes(_ops(model, zero_impl="fsdp2"))
     deepspeed = _compute_bytes(_ops(model, zero_impl="deepspeed"))
     L = model.num_layers
-    assert fsdp2[0] - base[0] == 2 * 2 * (param_count(model) + L * layer_params(model))
-    assert fsdp2[1] - base[1] == 1 + 2 * L
+    gathered = param_count(model) + L * layer_params(model)
+    assert fsdp2[0] - base[0] == (2 * 2 + 5) * gathered + 3 * param_count(model)
+    assert fsdp2[1] - base[1] == 3 * (1 + 2 * L) + (L + 1)
     assert deepspeed == base
 
 

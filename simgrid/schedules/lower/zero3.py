@@ -19,7 +19,9 @@ a buffer released after use, and each gradient is reduce-scattered so each rank 
   units, FSDP2's 1 by default), layers resharded after forward and gathered again in the backward, the
   root kept; each unit's gradients reduce-scattered when its backward ends. FSDP2 gathers into a staging
   buffer and copies it out into the unsharded parameters on the compute stream before the unit runs
-  (:data:`FSDP2_COPY_OUT_READS_WRITES`): the first compute op of each gathered use pays that copy.
+  (:data:`FSDP2_COPY_OUT_READS_WRITES`): the first compute op of each gathered use pays that copy. Its
+  side-stream copies (the all-gather copy-in, the work after each reduce-scatter) are charged to the compute
+  op they run beside (:mod:`simgrid.schedules.lower.fsdp2_copies`).
 
 The IR places these at sub-block granularity: a gather issued "during" a module is issued before the
 compute op of the sub-block holding that module, and waited before the first compute op that needs it
@@ -47,19 +49,22 @@ from simgrid.ir.ops import Alloc, Collective, Compute, Free, Op, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.memory.buffers import zero3_grad_bytes
 from simgrid.model.blocks import block_kind
-from simgrid.model.zero3_units import DEEPSPEED, FSDP2, block_modules, fsdp2_unit, partitioned_modules, unit_params
+from simgrid.model.zero3_units import (
+    DEEPSPEED,
+    FSDP2,
+    block_modules,
+    fsdp2_unit,
+    partitioned_modules,
+    reduce_bytes_per_param,
+    unit_params,
+)
+from simgrid.schedules.lower import fsdp2_copies
 from simgrid.schedules.lower.context import LoweringContext, Role
+from simgrid.schedules.lower.fsdp2_copies import FSDP2_COPY_OUT_READS_WRITES as FSDP2_COPY_OUT_READS_WRITES
+from simgrid.schedules.lower.fsdp2_copies import CopyCost
 
 _Pos = tuple[int, int]  # (step index, op index in the step)
 
-FSDP2_COPY_OUT_READS_WRITES = 2
-"""FSDP2's all-gather copy-out moves every gathered element twice on the compute stream: read from the all-gather
-output, written into the unsharded parameter (``foreach_all_gather_copy_out``, called by
-``FSDPParamGroup.wait_for_unshard`` in the module's pre-forward / pre-backward hook on the current stream:
-``torch.split_with_sizes_copy`` in torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, per-parameter
-copies out of ``torch.split`` views in the first FSDP2 of early 2024, torch/distributed/_composable/fsdp), so
-``2 x numel x param bytes`` of HBM traffic and one kernel per gather. DeepSpeed ZeRO-3 gathers straight into the
-flat buffer its parameters view, with no copy (``zero_impl`` deepspeed pays nothing here)."""
 _BACKWARD = ("B", "I", "W")
 
 
@@ -327,6 +332,8 @@ def add_zero3(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     handle_of_use: dict[int, str] = {}
     param_bytes = ctx.layout.param_bytes
     call_names: list[str] = []
+    fsdp2 = ctx.layout.zero_impl == "fsdp2"
+    copies: dict[_Pos, CopyCost] = defaultdict(CopyCost)  # FSDP2's copies, by the compute op that pays them
     for index, call in enumerate(calls):
         name = f"zero3-param:c{index}"
         call_names.append(name)
@@ -339,15 +346,17 @@ def add_zero3(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
         ]
         for u in call.uses:
             handle_of_use[u] = name
+            if fsdp2:
+                # each unit's foreach_all_gather casts and copies its shard in before its collective
+                copies[call.issue] += fsdp2_copies.copy_in(uses[u].numel, ctx.layout)
     # Waits before the first op of each use; frees once every unit a call brought in is released.
     waited: set[str] = set()  # a call serving several uses is waited before the first (the IR waits once)
     remaining = {name: {uses[u].key for u in calls[i].uses} for i, name in enumerate(call_names)}
     resident_call: dict[str, str] = {}
-    copy_out: dict[_Pos, int] = defaultdict(int)
     for index, use in enumerate(uses):
         if use.gather:
-            if ctx.layout.zero_impl == "fsdp2":
-                copy_out[use.first] += FSDP2_COPY_OUT_READS_WRITES * use.numel * param_bytes
+            if fsdp2:
+                copies[use.first] += fsdp2_copies.copy_out(use.numel, ctx.layout)
             name = handle_of_use[index]
             resident_call[use.key] = name
             if name not in waited:
@@ -361,8 +370,9 @@ def add_zero3(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     # Gradient reduce-scatters, double-buffered.
     previous: list[Op] = []
     last_step = -1
-    fsdp2 = ctx.layout.zero_impl == "fsdp2"
     produced = _first_backward_of_blocks(role) if fsdp2 else {}
+    positions = [pos for pos, op in _compute_positions(role) if op.device == "gpu"]
+    reduced: set[tuple[int, ...]] = set()  # units with a sharded gradient from an earlier micro-batch
     for index, (blocks, count, first, issue_after) in enumerate(_reduce_groups(ctx, role)):
         if issue_after[0] != last_step and previous:
             role[last_step].ops.extend(previous)  # the step's last reduce-scatter, waited at its end
@@ -381,6 +391,14 @@ def add_zero3(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
             # post_backward, _fsdp_collectives.py foreach_reduce, _fsdp_state.py _root_post_backward_final_callback).
             after[issue_after] += [*previous, Alloc(name=grad, bytes=size, category="comm"), reduce,
                                    *(Free(name=alloc.name) for _, alloc in unsharded)]
+            # its reduce-scatter stream's work after the collective, beside the next compute op; the step's
+            # last (the root's) is waited by finalize_backward before the optimizer, so it delays the step as
+            # much on the op its reduce-scatter follows (the optimizer op is added after this pass)
+            later = next((pos for pos in positions if pos > issue_after), issue_after)
+            numel = size // reduce_bytes_per_param(ctx.layout)
+            copies[later] += fsdp2_copies.post_reduce(ctx.model, ctx.layout, blocks, numel,
+                                                      accumulate=blocks in reduced)
+            reduced.add(blocks)
         else:
             # DeepSpeed copies gradients into its reduce bucket (contiguous_gradients): the buffer is the
             # bucket, reduce_bucket_size elements at most, whatever the blocks the call covers.
@@ -397,8 +415,9 @@ def add_zero3(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
         new_ops: list[Op] = []
         for oi, op in enumerate(step.ops):
             new_ops += before.get((si, oi), [])
-            if (si, oi) in copy_out and isinstance(op, Compute):
-                op = dataclasses.replace(op, hbm_bytes=op.hbm_bytes + copy_out[(si, oi)], kernels=op.kernels + 1)
+            copy = copies.get((si, oi))
+            if copy is not None and isinstance(op, Compute) and (copy.hbm_bytes or copy.kernels):
+                op = dataclasses.replace(op, hbm_bytes=op.hbm_bytes + copy.hbm_bytes, kernels=op.kernels + copy.kernels)
             new_ops.append(op)
             new_ops += after.get((si, oi), [])
         step.ops = new_ops
