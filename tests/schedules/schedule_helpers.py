@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 
-from simgrid.ir.ops import Alloc, Free, Op
+from simgrid.ir.ops import Alloc, Collective, Compute, Free, Op, Wait
 from simgrid.layout.spec import Layout
 from simgrid.model import get_model
 from simgrid.model.spec import ModelSpec
@@ -53,3 +53,17 @@ def replay_peaks(ops: tuple[Op, ...] | list[Op]) -> dict[str, int]:
         for key, value in live.items():
             peak[key] = max(peak[key], value)
     return dict(peak)
+
+
+def tp_ops_of(ops: list[Op], kind: str, block: int, microbatch: int = 0) -> list[Op]:
+    """The ops of the compute op (kind, block, micro-batch) at block granularity: its pieces and the
+    tensor-parallel collectives and waits whose handles name it, from the first to the last."""
+    tag = f":m{microbatch}:{kind}:b{block}:"
+
+    def mine(o: Op) -> bool:
+        if isinstance(o, Compute):
+            return o.kind == kind and o.block_start == block and o.microbatch == microbatch
+        return isinstance(o, (Collective, Wait)) and o.handle.startswith("tp:") and tag in o.handle
+
+    idx = [i for i, o in enumerate(ops) if mine(o)]
+    return [o for o in ops[idx[0]:idx[-1] + 1] if mine(o)]

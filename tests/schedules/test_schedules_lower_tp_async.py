@@ -9,7 +9,7 @@ from itertools import pairwise
 from typing import Any
 
 import pytest
-from schedule_helpers import TINY, context, flat
+from schedule_helpers import TINY, context, flat, tp_ops_of
 
 from simgrid import simulate
 from simgrid.ir.dryrun import dry_run
@@ -29,17 +29,7 @@ def _role(granularity: str = "block", asynchronous: bool = True, **layout: objec
     return flat((add_async_tensor_parallel if asynchronous else add_tensor_parallel)(ctx, role, 0))
 
 
-def _between(ops: list[Op], kind: str, block: int, microbatch: int = 0) -> list[Op]:
-    """The compute ops of (kind, block, micro-batch) and the TP collectives and waits whose handles name it."""
-    tag = f":m{microbatch}:{kind}:b{block}:"
-
-    def mine(o: Op) -> bool:
-        if isinstance(o, Compute):
-            return o.kind == kind and o.block_start == block and o.microbatch == microbatch
-        return isinstance(o, (Collective, Wait)) and o.handle.startswith("tp:") and tag in o.handle
-
-    idx = [i for i, o in enumerate(ops) if mine(o)]
-    return [o for o in ops[idx[0]:idx[-1] + 1] if mine(o)]
+_between = tp_ops_of
 
 
 def _shape(o: Op) -> str:

@@ -4,7 +4,7 @@ totals (FLOPs, bytes) the chunking must keep."""
 from __future__ import annotations
 
 import pytest
-from schedule_helpers import TINY, context, flat
+from schedule_helpers import TINY, context, flat, tp_ops_of
 
 from simgrid.ir.dryrun import dry_run
 from simgrid.ir.ops import Alloc, Collective, Compute, Op, Wait
@@ -28,18 +28,7 @@ def _role(granularity: str = "block", overlap: bool = True, **layout: object) ->
     return flat((add_overlapped_tensor_parallel if overlap else add_tensor_parallel)(ctx, role, 0))
 
 
-def _between(ops: list[Op], kind: str, block: int, microbatch: int = 0) -> list[Op]:
-    """The ops of the compute op (kind, block, micro-batch) at block granularity: its chunks and the
-    collectives and waits whose handles name it, from the first to the last."""
-    tag = f":m{microbatch}:{kind}:b{block}:"
-
-    def mine(o: Op) -> bool:
-        if isinstance(o, Compute):
-            return o.kind == kind and o.block_start == block and o.microbatch == microbatch
-        return isinstance(o, (Collective, Wait)) and o.handle.startswith("tp:") and tag in o.handle
-
-    idx = [i for i, o in enumerate(ops) if mine(o)]
-    return [o for o in ops[idx[0]:idx[-1] + 1] if mine(o)]
+_between = tp_ops_of
 
 
 def _totals(ops: list[Op], kind: str) -> tuple[float, float, dict[str, float]]:
