@@ -43,27 +43,21 @@ no-op, as in Megatron-LM (``... and world_size > 1``).
 from __future__ import annotations
 
 from simgrid.ir.ops import Compute, Op
-from simgrid.layout.mesh import Mesh
 from simgrid.model.blocks import block_kind
 from simgrid.model.moe import is_moe_block
 from simgrid.schedules.lower.compute import _block_numbers, compute_op
 from simgrid.schedules.lower.context import LoweringContext, Role
-from simgrid.schedules.lower.instantiate import MicrobatchTemplate
 from simgrid.schedules.lower.tensor_parallel import (
     REGATHER,
     block_collectives,
     regathered_by_recompute,
-    replace_compute_ops,
-    tp_collectives,
 )
-from simgrid.schedules.lower.tp_overlap import _Builder, _flops
+from simgrid.schedules.lower.tp_overlap import _Builder, _flops, add_replaced_tensor_parallel
 
 _COVERED = ("attn", "mlp", "head")
 """Sub-blocks whose last linear in the backward is column-parallel (QKV, FC1, the vocabulary head)."""
 
 _INPUT_GRAD = "input-grad"
-
-_MISSING, _BUILD = object(), object()
 
 
 def _covered(ctx: LoweringContext, block: int) -> bool:
@@ -155,28 +149,6 @@ def async_ops(ctx: LoweringContext, op: Compute, group: str) -> list[Op] | None:
 def add_async_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     """The tensor-parallel pass with ``tp_async_grad_comm``: every backward op with a covered block becomes
     :func:`async_ops`; the other compute ops are wrapped as :func:`.tensor_parallel.add_tensor_parallel`
-    wraps them. The ops of one (kind, stage, chunk, block range) are built once and stamped for the other
-    micro-batches (:class:`.instantiate.MicrobatchTemplate`), as :mod:`.tp_overlap` does."""
-    if ctx.layout.tp == 1:
-        return role
-    group = Mesh.tp_group_name(ctx.coord(pp_rank))
-    templates: dict[tuple[str, int, int, int, int], MicrobatchTemplate | object | None] = {}
-
-    def replaced(op: Compute) -> list[Op]:
-        key = (op.kind, op.stage, op.chunk, op.block_start, op.block_end)
-        found = templates.get(key, _MISSING)
-        ops: list[Op] | None
-        if isinstance(found, MicrobatchTemplate):
-            ops = found.stamp(op.microbatch)
-        elif found is None:
-            ops = None
-        else:
-            ops = async_ops(ctx, op, group)
-            if found is _MISSING:
-                templates[key] = None if ops is None else (MicrobatchTemplate.of(ops, op.microbatch) or _BUILD)
-        if ops is None:
-            before, after = tp_collectives(ctx, op, group)
-            ops = [*before, op, *after]
-        return ops
-
-    return replace_compute_ops(role, replaced)
+    wraps them (the ops are built once per block range and stamped per micro-batch,
+    :func:`.tp_overlap.add_replaced_tensor_parallel`)."""
+    return add_replaced_tensor_parallel(ctx, role, pp_rank, async_ops)

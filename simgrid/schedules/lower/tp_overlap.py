@@ -41,6 +41,8 @@ as building each one, in about half the build time for gpt3-175b at tp 8, pp 16 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.model.blocks import block_kind
@@ -63,8 +65,6 @@ PIPELINE_SPLITS = 4
 method in ``initialize_ub``'s ``get_default_config`` (transformer_engine/pytorch/module/base.py)."""
 
 _OVERLAPPED = ("attn", "mlp")
-
-_MISSING, _BUILD = object(), object()
 
 
 def _split(rows: int, parts: int) -> list[int]:
@@ -221,34 +221,46 @@ def overlapped_ops(ctx: LoweringContext, op: Compute, group: str) -> list[Op] | 
     return [o for segment in segments for o in segment]
 
 
-def add_overlapped_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
-    """The tensor-parallel pass with ``tp_comm_overlap``: every compute op that overlaps becomes its
-    overlapped ops; the others are wrapped as :func:`.tensor_parallel.add_tensor_parallel` wraps them."""
+_MISSING, _BUILD = object(), object()
+
+
+def add_replaced_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int,
+                                 build: Callable[[LoweringContext, Compute, str], list[Op] | None]) -> Role:
+    """The tensor-parallel pass of an overlap (``tp_comm_overlap``, ``tp_async_grad_comm``): ``build`` turns a
+    compute op into its overlapped ops, or returns None and the op is wrapped as
+    :func:`.tensor_parallel.add_tensor_parallel` wraps it. The ops of a compute op differ between
+    micro-batches only in their micro-batch and handles, so they are built once per (kind, stage, chunk,
+    block range) and stamped for the others (921k chunk ops for gpt3-175b at tp 8, pp 16, block
+    granularity, under ``tp_comm_overlap``)."""
     if ctx.layout.tp == 1:
         return role
     group = Mesh.tp_group_name(ctx.coord(pp_rank))
-    # The overlapped ops of a compute op differ between micro-batches only in their micro-batch and handles:
-    # built once per (kind, stage, chunk, block range) and stamped for the others (921k chunk ops for
-    # gpt3-175b at tp 8, pp 16, block granularity). None: the op does not overlap; _BUILD: not stampable.
+    # None: the op is wrapped synchronously; _BUILD: built again for every micro-batch (not stampable).
     templates: dict[tuple[str, int, int, int, int], MicrobatchTemplate | object | None] = {}
 
-    def overlapped(op: Compute) -> list[Op] | None:
+    def replaced(op: Compute) -> list[Op] | None:
         key = (op.kind, op.stage, op.chunk, op.block_start, op.block_end)
         found = templates.get(key, _MISSING)
         if isinstance(found, MicrobatchTemplate):
             return found.stamp(op.microbatch)
         if found is None:
             return None
-        ops = overlapped_ops(ctx, op, group)
+        ops = build(ctx, op, group)
         if found is _MISSING:
             templates[key] = None if ops is None else (MicrobatchTemplate.of(ops, op.microbatch) or _BUILD)
         return ops
 
-    def overlapped_or_wrapped(op: Compute) -> list[Op]:
-        replaced = overlapped(op)
-        if replaced is None:
+    def replaced_or_wrapped(op: Compute) -> list[Op]:
+        ops = replaced(op)
+        if ops is None:
             before, after = tp_collectives(ctx, op, group)
-            replaced = [*before, op, *after]
-        return replaced
+            ops = [*before, op, *after]
+        return ops
 
-    return replace_compute_ops(role, overlapped_or_wrapped)
+    return replace_compute_ops(role, replaced_or_wrapped)
+
+
+def add_overlapped_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
+    """The tensor-parallel pass with ``tp_comm_overlap``: every compute op that overlaps becomes its
+    overlapped ops; the others are wrapped as :func:`.tensor_parallel.add_tensor_parallel` wraps them."""
+    return add_replaced_tensor_parallel(ctx, role, pp_rank, overlapped_ops)
