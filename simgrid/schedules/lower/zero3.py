@@ -41,6 +41,7 @@ residency carry from a micro-batch's forward into its backward and on into the n
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -394,7 +395,8 @@ def add_zero3(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
             # its reduce-scatter stream's work after the collective, beside the next compute op; the step's
             # last (the root's) is waited by finalize_backward before the optimizer, so it delays the step as
             # much on the op its reduce-scatter follows (the optimizer op is added after this pass)
-            later = next((pos for pos in positions if pos > issue_after), issue_after)
+            following = bisect.bisect_right(positions, issue_after)  # positions are in program order
+            later = positions[following] if following < len(positions) else issue_after
             numel = size // reduce_bytes_per_param(ctx.layout)
             copies[later] += fsdp2_copies.post_reduce(ctx.model, ctx.layout, blocks, numel,
                                                       accumulate=blocks in reduced)
