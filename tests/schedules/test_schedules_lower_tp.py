@@ -133,3 +133,67 @@ def test_selective_op_regathers_at_stage_granularity_too() -> None:
     recompute = next(i for i, op in enumerate(ops) if isinstance(op, Compute) and op.kind == "R")
     gather = ops[recompute - 2]
     assert isinstance(gather, Collective) and gather.kind == "all_gather" and gather.count == 2 * TINY.num_layers
+
+
+def _per_layer(ops: list, layer: int) -> Counter:
+    """(compute kind, sub-block, collective kind) counts of one transformer layer's TP collectives (block
+    granularity; the handle names the compute op: tp:s0:m0:KIND:bBLOCK:...)."""
+    attn, mlp = 2 * layer + 1, 2 * layer + 2
+    found: Counter = Counter()
+    for op in ops:
+        if isinstance(op, Collective):
+            kind, block = op.handle.split(":")[3], int(op.handle.split(":")[4][1:])
+            if block in (attn, mlp):
+                found[(kind, "attn" if block == attn else "mlp", op.kind)] += 1
+    return found
+
+
+def test_dtensor_full_recompute_neither_regathers_nor_reruns_the_layer_last_reduce_scatter() -> None:
+    """torchtitan's full AC over DTensor TP (820504e; counted on torch 2.13, eager and compiled): the recompute
+    gathers each sub-block's input and reruns the attention's reduce-scatter, but stops before the MLP's (its
+    output is the block's, which no gradient needs); the backward gathers the output gradient and
+    reduce-scatters the input gradient, with no input re-gather (the mm saved the gathered tensor, which the
+    recompute brings back). 11 collectives per layer."""
+    ops = _tp_role(tp=2, sequence_parallel=True, recompute="full", tp_impl="dtensor")
+    for layer in range(TINY.num_layers):
+        assert _per_layer(ops, layer) == {
+            ("F", "attn", "all_gather"): 1, ("F", "attn", "reduce_scatter"): 1,
+            ("F", "mlp", "all_gather"): 1, ("F", "mlp", "reduce_scatter"): 1,
+            ("R", "attn", "all_gather"): 1, ("R", "attn", "reduce_scatter"): 1,
+            ("R", "mlp", "all_gather"): 1,
+            ("B", "attn", "all_gather"): 1, ("B", "attn", "reduce_scatter"): 1,
+            ("B", "mlp", "all_gather"): 1, ("B", "mlp", "reduce_scatter"): 1,
+        }
+    backward_gathers = [op.label for op in ops if isinstance(op, Collective) and ":B:" in op.handle
+                        and op.kind == "all_gather" and 1 <= int(op.handle.split(":")[4][1:]) <= 2 * TINY.num_layers]
+    assert len(backward_gathers) == 2 * TINY.num_layers
+
+
+def test_megatron_full_recompute_keeps_the_regather_and_every_rerun_collective() -> None:
+    """Megatron's reentrant checkpoint reruns the whole layer forward and its linear saves only the shard, so
+    tp_impl megatron keeps 14 collectives per layer (2 + 2 forward, 2 + 2 recompute, 3 + 3 backward)."""
+    ops = _tp_role(tp=2, sequence_parallel=True, recompute="full")
+    for layer in range(TINY.num_layers):
+        counts = _per_layer(ops, layer)
+        assert sum(counts.values()) == 14
+        assert counts[("R", "mlp", "reduce_scatter")] == 1 and counts[("B", "mlp", "all_gather")] == 2
+
+
+def test_dtensor_without_full_recompute_is_unchanged() -> None:
+    """The dtensor drop applies to recompute 'full' only: with no recompute the same collectives as Megatron's."""
+    def collectives(**layout: object) -> list:
+        return [(op.kind, op.handle, op.bytes) for op in _tp_role(tp=2, sequence_parallel=True, **layout)
+                if isinstance(op, Collective)]
+    assert collectives(tp_impl="dtensor") == collectives()
+
+
+def test_dtensor_full_recompute_folds_the_same_collectives_at_stage_granularity() -> None:
+    """A stage-wide op folds exactly the block-level collectives: same count and bytes per compute kind."""
+    def per_kind(granularity: str) -> Counter:
+        found: Counter = Counter()
+        for op in _tp_role(granularity, tp=2, sequence_parallel=True, recompute="full", tp_impl="dtensor"):
+            if isinstance(op, Collective):
+                found[(op.handle.split(":")[3], op.kind)] += op.count
+                found[(op.handle.split(":")[3], op.kind, "bytes")] += op.bytes
+        return found
+    assert per_kind("stage") == per_kind("block")

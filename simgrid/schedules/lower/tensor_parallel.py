@@ -12,7 +12,10 @@ input-gradient path); W needs none (weight gradients are local). Selective recom
 attention core, which has no communication. torchtitan's per-op recompute (``selective-op``) reruns linears
 whose sequence-parallel input is an all-gather output it does not save: the sub-block's ``input-regather``
 all-gather moves from before its backward to before its recompute, whose output the backward then reuses
-(:func:`regathered_by_recompute`).
+(:func:`regathered_by_recompute`). DTensor tensor parallelism under a full checkpoint (torchtitan's
+``recompute = "full"``, ``tp_impl = "dtensor"``) issues fewer collectives than Megatron's
+(:func:`dtensor_full_recompute_drops`): no input re-gather before the backward and no re-run of the layer's
+last reduce-scatter.
 
 At ``stage`` granularity the collectives of the op's whole block range are folded into one collective
 per (position, kind) with ``count`` = how many were folded and ``bytes`` their total.
@@ -29,6 +32,7 @@ from collections.abc import Callable
 
 from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
+from simgrid.model.blocks import block_kind
 from simgrid.schedules.lower.context import LoweringContext, Role
 from simgrid.schedules.lower.dtensor_copies import copies_dtensor, with_copies
 
@@ -42,6 +46,33 @@ def regathered_by_recompute(ctx: LoweringContext, block: int) -> bool:
     recompute gathers the shard again before it reruns ``wk`` / ``w3`` (which read it), and the backward uses
     that gathered tensor (:mod:`simgrid.model.selective_op`)."""
     return ctx.layout.recompute == "selective-op" and ctx.cost(block).recompute_flops > 0
+
+
+def dtensor_full_recompute_drops(ctx: LoweringContext, block: int, kind: str, label: str) -> bool:
+    """Whether a Megatron-style collective of ``block`` does not run under torchtitan's full checkpoint with
+    DTensor tensor parallelism (``recompute = "full"``, ``tp_impl = "dtensor"``), for a ``kind`` compute op.
+
+    - B / I: the ``input-regather``. DTensor's autograd runs above its dispatch, so ``aten.mm`` saves the
+      ``Replicate`` input the forward all-gather produced, not its shard; the full checkpoint drops that
+      saved tensor and the recompute's all-gather brings it back, so the backward gathers nothing again.
+      Megatron's linear saves only the shard and re-gathers in its backward (:mod:`simgrid.model.comm`).
+    - R of an MLP sub-block: the layer's output reduce-scatter (``output``). PyTorch's non-reentrant
+      checkpoint stops recomputing once the last tensor the forward saved is back
+      (``torch/utils/checkpoint.py``, ``early_stop``: ``_StopRecomputationError`` from the recompute's pack
+      hook), which is ``w2``'s ``mm`` input, packed before the ``mm`` runs; under torch.compile the backward
+      graph keeps only what the gradients need, and nothing needs the block's output. The attention's
+      reduce-scatter reruns: the MLP's norm reads the residual sum it feeds.
+
+    Counted on torch 2.13 (CPU, fake process group) for a Llama block with 820504e's TP plan, wrapped in
+    ``checkpoint_wrapper(preserve_rng_state=False)`` as ``apply_ac`` does for "full" (parallelize_llama.py
+    lines 237-238): forward AG RS AG RS; backward AG | AG RS AG (recompute) | RS AG RS, eager and compiled
+    (aot_eager, min-cut partitioner) alike: 11 per layer where Megatron's layout has 14 (docs/design.md,
+    session 9)."""
+    if ctx.layout.tp_impl != "dtensor" or ctx.layout.recompute != "full" or ctx.cost(block).recompute_flops == 0:
+        return False
+    if kind in ("B", "I"):
+        return label == REGATHER
+    return kind == "R" and label == "output" and block_kind(ctx.model, block)[0] == "mlp"
 
 
 def comm_phase(ctx: LoweringContext, op: Compute) -> str | None:
@@ -76,6 +107,7 @@ def _folded(ctx: LoweringContext, kind: str, start: int, end: int, phase: str, c
                     keep = regather  # the per-op recompute issues its sub-blocks' re-gathers and nothing else
                 else:
                     keep = coll.phase == phase and not (regather and kind in ("B", "I"))
+                    keep = keep and not (comm == "tp_comm" and dtensor_full_recompute_drops(ctx, block, kind, coll.label))
                 if keep:
                     entry = folded[(coll.position, coll.kind, serial if ctx.granularity == "block" else 0)]
                     entry[0] += 1
@@ -177,7 +209,6 @@ def sp_partial_params(ctx: LoweringContext, block: int) -> int:
     the learned position embedding (Korthikanti et al. 2022, section 4.2.2; Megatron-LM marks them
     ``sequence_parallel`` and ``_allreduce_layernorm_grads`` sums them).
     """
-    from simgrid.model.blocks import block_kind
     from simgrid.model.moe import is_moe_block
     from simgrid.model.params import norm_params
 
