@@ -342,8 +342,23 @@ DEV_ROWS: tuple[DevRow, ...] = (
         conversion="as published (= 128 x 8192 / 18.90 s / 64)",
         recipe="64 GPUs, GBS 128, MBS 1, GA 4, seq 8192, TP 1, PP 1, CP 2, FSDP 32; TE kernels, FSDP2 with "
                "weight prefetch, reshard after forward, torch.compile, activation checkpointing on, TE FusedAdam",
-        assumed=("activation checkpointing = whole transformer block (the recipe's activation_checkpointing: True)",),
-        deviations=(_COMPILE,),
+        assumed=("activation checkpointing: the recipe's activation_checkpointing: True with enable_compile: True "
+                 "wraps each layer's self_attn and mlp in a non-reentrant checkpoint_wrapper (parallelizer.py at "
+                 "2013a4d, lines 230-239), simulated as recompute 'full' of both sub-blocks",),
+        deviations=(_COMPILE,
+                    "recompute: the code reruns neither the norms (outside the wrapped modules) nor, through the "
+                    "non-reentrant checkpoint's early stop, o_proj and down_proj (the last GEMM of each wrapped "
+                    "module, components/models/llama/model.py lines 151 and 170); the simulation reruns the "
+                    "whole attention and MLP sub-blocks"),
+        # FSDP2 reduce dtype and gradient sync, read at 2013a4d: the recipe sets no mp_policy, so
+        # FSDP2Config.__post_init__ builds MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16)
+        # (components/distributed/config.py lines 116-123; the fp32 fallback in parallelizer.py line 282 only
+        # runs when mp_policy is None): gradients are reduce-scattered in bf16, the parameter dtype.
+        reduce_dtype="param",
+        # examples/llm_pretrain/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml line 93 sets
+        # defer_fsdp_grad_sync: False, so get_sync_ctx (components/distributed/utils.py lines 240-244) calls
+        # set_requires_gradient_sync(True) on every micro-batch: FSDP2 reduce-scatters after each of the 4
+        # micro-batches, as simgrid.model.zero3_units lowers FSDP2 (no no_sync).
     ),
     # torchtitan, April 2024: FSDP2 on 64 A100 80GB (the ZeRO-3 rows on A100).
     *(
