@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from simgrid.layout.spec import Precision, RecomputePolicy
+from simgrid.model.presets import MEGATRON_H100_SHAPES
 from simgrid.model.spec import ModelSpec
 
 MetricKind = Literal["tokens_per_s_per_gpu", "model_tflops_per_gpu"]
@@ -246,10 +247,29 @@ _MEGATRON_H100: tuple[tuple[str, int, int, int, float], ...] = (
 )
 
 
+def least_interleaving(layers: int, pp: int) -> int:
+    """Model chunks per pipeline rank of the shallowest interleaved schedule Megatron-LM accepts for ``layers``
+    over ``pp`` stages: the smallest divisor > 1 of the layers per stage (``--num-layers-per-virtual-pipeline-stage``
+    must divide them, megatron/training/arguments.py lines 262-267 at f2e5db4); 1 without pipelining."""
+    if pp == 1:
+        return 1
+    per_stage = layers // pp
+    return next(v for v in range(2, per_stage + 1) if per_stage % v == 0)
+
+
+_MEGATRON_H100_LAYERS = {name: layers for name, layers, _, _ in MEGATRON_H100_SHAPES}
+
+
 def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRow:
+    model = f"megatron-h100-{size}"
     return DevRow(
         id=f"megatron-h100-{size}", source=MEGATRON_README, gpu="H100", cluster="dgx-h100-ndr",
-        model=f"megatron-h100-{size}", seq_length=4096, dp=48, tp=tp, pp=pp, zero=1, zero_impl="megatron",
+        model=model, seq_length=4096, dp=48, tp=tp, pp=pp, zero=1, zero_impl="megatron",
+        # The README overlaps "pipeline-parallel communication (enabled by default)": --overlap-p2p-communication
+        # defaults on, but Megatron-LM turns it off unless the schedule is interleaved (arguments.py lines
+        # 271-277 at f2e5db4, 'non-interleaved schedule does not support overlapping p2p communication'), so
+        # the pp > 1 rows ran the interleaved schedule; its depth is not stated (least_interleaving).
+        vpp=least_interleaving(_MEGATRON_H100_LAYERS[model], pp),
         micro_batch=1, global_batch=gbs, sequence_parallel=tp > 1, tp_comm_overlap=tp > 1,
         overlap_param_gather=True,
         # fp16, as every GPT training script in the repository at the table's commit passes (see A1). Megatron-LM
@@ -269,7 +289,11 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
             "--fp16, as issue 1276's asker reports every training script does; Megatron-LM then keeps 16-bit "
             "gradient buffers and reduce-scatter (fp32 accumulation is forced only for bf16). Loss scaling's "
             "unscale and inf check over the 1/dp optimizer shard are not priced",
-            "micro-batch 1, plain 1F1B (no virtual stages), no activation recompute: not stated",
+            "micro-batch 1, no activation recompute: not stated",
+            "pipelined rows (pp > 1): interleaved 1F1B, because the README overlaps pipeline communication and "
+            "Megatron-LM disables that overlap outside the interleaved schedule (arguments.py lines 271-277 at "
+            "f2e5db4); the depth is not stated: the shallowest the layer count allows (virtual stages per rank = "
+            "smallest divisor > 1 of layers per stage: 70b 2, 119b 23, 177b 2, 314b 2, 462b 7)",
             "fused (TE) attention; sequence parallelism with tp > 1 (--tp-comm-overlap requires it)",
             "ZeRO-1 (the distributed optimizer --overlap-param-gather needs); cluster: DGX H100 with NDR "
             "InfiniBand (the README names only the GPU)",

@@ -276,11 +276,13 @@ def _unfused_core(model: ModelSpec, layout: Layout) -> _Core:
         read = causal_softmax_read_fraction(model.seq_length)
         fwd += round(scores * (read - 1))  # reads the lower triangle, writes the full row
         bwd += round(2 * scores * (read - 1))  # reads dP and P on the lower triangle, writes dS
-        # baddbmm's backward scales dQ and dK by alpha (read, write each), and split's backward cats dQ, dK
-        # and dV into the [s, b, heads * 3d] QKV gradient (read 3, write 3).
+    if layout.kernel_fusion == "fused":
+        # Megatron-LM's core, whichever softmax runs: baddbmm's backward scales dQ and dK by alpha (read,
+        # write each), and split's backward cats dQ, dK and dV into the [s, b, heads * 3d] QKV gradient
+        # (read 3, write 3); these are autograd's, so they do not depend on the softmax kernel.
         bwd, bwd_k = bwd + 2 * 2 * context + 6 * context, bwd_k + 2 + 1
     else:
-        # Other code (PyTorch's softmax over full rows): the context gradient copied back, as the forward.
+        # Eager PyTorch attention: the context gradient copied back, as the forward.
         bwd, bwd_k = bwd + 2 * context, bwd_k + 1
     if uses_dropout(model):
         drop = scores * (2 * d + MASK_BYTES) // d

@@ -88,3 +88,18 @@ def test_causal_softmax_applies_within_the_kernels_limits_only() -> None:
     S4 = heads * s * s * 4
     C4 = heads * s * 64 * 4
     assert fp32[0] == 2 * S4 + 2 * C4 + S4 * 9 // 4
+
+
+def test_megatron_core_backward_extras_do_not_depend_on_the_softmax_kernel() -> None:
+    """baddbmm's alpha scalings of dQ and dK and split's cat of dQ, dK, dV are autograd's, so Megatron's core
+    (kernel_fusion 'fused') pays them also where its causal softmax kernel does not apply (fp32 scores here),
+    and never copies the context gradient back; eager attention copies it back and has no such extras."""
+    s, heads = 512, 4
+    S4, C4 = heads * s * s * 4, heads * s * 64 * 4
+    drop = S4 * 9 // 4  # read P, write P (fp32) and a 1-byte mask
+    _, bwd, _, bwd_k = _core(precision="fp32")
+    assert bwd == 3 * S4 + 4 * C4 + 6 * C4 + drop
+    assert bwd_k == 2 + 1 + 2 + 2 + 1 + 1
+    _, e_bwd, _, e_bwd_k = _core(precision="fp32", kernel_fusion="eager")
+    assert e_bwd == 3 * S4 + 2 * C4 + drop
+    assert e_bwd_k == 2 + 1 + 2 + 1 + 1

@@ -272,3 +272,29 @@ def test_megatron_rows_follow_megatron_lms_gradient_dtype_rule() -> None:
         assert layout.zero == 1, row.id
         assert layout.reduce_dtype == ("fp32" if row.precision == "bf16" else "param"), row.id
         assert row.precision == "fp16" and "fp16 assumed" in row.assumed[0], row.id
+
+
+def test_least_interleaving_is_the_smallest_chunk_count_megatron_accepts() -> None:
+    """Virtual stages per rank must divide the layers per stage; the shallowest interleaving is the smallest
+    divisor > 1 (a prime layer count per stage leaves one layer per chunk); no pipeline, no interleaving."""
+    assert modern_data.least_interleaving(84, 2) == 2  # 42 layers per stage
+    assert modern_data.least_interleaving(92, 4) == 23  # 23: prime
+    assert modern_data.least_interleaving(96, 8) == 2
+    assert modern_data.least_interleaving(105, 35) == 3
+    assert modern_data.least_interleaving(48, 1) == 1
+
+
+def test_megatron_pipelined_rows_run_the_interleaved_schedule() -> None:
+    """The README overlaps pipeline communication, which Megatron-LM allows only with interleaving: every
+    pp > 1 row simulates interleaved 1F1B with whole layers per chunk and micro-batches a multiple of pp (the
+    interleaved schedule's own requirement); the pp = 1 rows have no pipeline schedule."""
+    rows = [r for r in DEV_ROWS if r.source is modern_data.MEGATRON_README]
+    for row in rows:
+        layout = dev_layout(row)
+        if row.pp == 1:
+            assert (layout.schedule, layout.vpp) == ("none", 1), row.id
+            continue
+        layers = get_model(row.model).num_layers
+        assert layout.schedule == "interleaved-1f1b" and layout.vpp > 1, row.id
+        assert (layers // row.pp) % layout.vpp == 0, row.id
+        assert (row.global_batch // (row.dp * row.micro_batch)) % row.pp == 0, row.id
