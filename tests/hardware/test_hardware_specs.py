@@ -221,6 +221,17 @@ def test_sized_cluster_runs_the_expected_slowest_chip_on_clock_bound_work_only()
     assert all(a > b for a, b in pairwise(rates))
 
 
+@pytest.mark.parametrize("cluster", ["dgx-a100-hdr", "dgx-a100-40gb-hdr"])
+def test_a100_clusters_wait_on_the_slowest_chip_of_the_measured_node_spread(cluster: str) -> None:
+    """Both A100 profiles carry the 1.7% spread of one all-busy 8-GPU NDv4 node (SuperBench gemm-flops) on top of
+    the single-GPU sustained rate 0.869: 8 GPUs lose 0.85% x 7/9, a Selene-sized run approaches 0.85%."""
+    spec = load_cluster_spec(cluster)
+    assert (spec.node.gpu.sustained_clock_fraction, spec.node.gpu.chip_speed_spread) == (0.869, 0.017)
+    assert spec.sized(8).gpu.sustained_clock_fraction == pytest.approx(0.869 * (1 - 0.0085 * 7 / 9))
+    assert spec.sized(3072).gpu.sustained_clock_fraction > 0.869 * (1 - 0.0085)
+    assert spec.sized(8).gpu.hbm_efficiency == spec.node.gpu.hbm_efficiency
+
+
 def test_slowest_of_is_spent_once_and_synchronous_gpus_narrows_the_draw() -> None:
     """The derated copy is one chip (spread 0), so a second application changes nothing; a cluster whose
     steps wait on 2 of its 16 GPUs (serving replicas) draws from 2, and the ideal GPU never changes."""
