@@ -27,6 +27,12 @@ Not modelled: CollNet/SHARP in the InfiniBand switches, NVLS across nodes (NVLS-
 per-channel bandwidth caps. A latency-free profile (every link and switch latency 0, e.g. ``ideal``)
 has no latency at all.
 
+Message-size efficiency inside a node: where the node profile carries a published nccl-tests curve of
+its GPU fabric (``[intra_busbw_curve]``), an all-reduce, all-gather or reduce-scatter whose group sits in
+one node takes at least the time at which its bus bandwidth is that curve's fraction of the model's own
+large-message bandwidth, at the call's bytes per rank (:mod:`simgrid.costs.busbw_curve`). Inter-node
+calls are unchanged (no published multi-node curve is used).
+
 Measured tables: when the cluster profile has measured times for (kind, group size) and the algorithm is
 "auto", they replace the formula (times ``count``).
 
@@ -45,6 +51,7 @@ import weakref
 from collections.abc import Sequence
 
 from simgrid.costs import nccl
+from simgrid.costs.busbw_curve import size_fraction
 from simgrid.costs.phases import (
     Phase,
     chain_phases,
@@ -88,6 +95,9 @@ _candidate_memo: weakref.WeakKeyDictionary[Topology, dict[tuple[str, tuple[int, 
 _call_memo: weakref.WeakKeyDictionary[Topology, dict[tuple[object, ...], float]] = weakref.WeakKeyDictionary()
 """Seconds of one call by (kind, group shape, algorithm, protocol, root index, size): groups of one shape
 have one answer (the symmetry check asks about every replica's group)."""
+_peak_memo: weakref.WeakKeyDictionary[Topology, dict[tuple[object, ...], float]] = weakref.WeakKeyDictionary()
+"""Large-message bus bandwidth (GB/s) of a group by (kind, group shape), for the size-efficiency floor."""
+_CURVE_KINDS = ("all_reduce", "all_gather", "reduce_scatter")
 
 
 def base_latency_s(topo: Topology) -> float:
@@ -284,6 +294,41 @@ def _call_time(kind: str, algorithm: str, proto: str, size: float, plan: _Plan, 
     return lat + per_byte * data / factor
 
 
+def _peak_busbw_GBps(kind: str, group: tuple[int, ...], topo: Topology) -> float:
+    """The model's large-message bus bandwidth of this group: the best NCCL algorithm with Simple."""
+    memo = _peak_memo.setdefault(topo, {})
+    key = (kind, group_signature(group, topo))
+    found = memo.get(key)
+    if found is None:
+        found = 0.0
+        for algo in _candidates(kind, group, topo):
+            per_byte, shape = _plan(kind, group, topo, algo, None)
+            if per_byte > 0:
+                bus = _BUSBW_FACTOR[kind](shape.ranks) / per_byte / 1e9
+                found = max(found, bus * nccl.bandwidth_factor(kind, algo, "Simple", shape, 2.0**50, bus))
+        memo[key] = found
+    return found
+
+
+def _size_floor_s(kind: str, size: float, group: tuple[int, ...], topo: Topology) -> float:
+    """Least time of an intra-node call of ``size`` bytes under the node's published busbw curve (0 when
+    the node has none, the group spans nodes, or the kind has no ring steps)."""
+    curve = topo.cluster.node.intra_busbw_curve
+    if curve is None or kind not in _CURVE_KINDS or size <= 0 or len(ranks_by_node(group, topo)) > 1:
+        return 0.0
+    peak = _peak_busbw_GBps(kind, group, topo)
+    if peak <= 0:
+        return 0.0
+    n = len(group)
+    return _BUSBW_FACTOR[kind](n) * size / (size_fraction(curve, size / n) * peak * 1e9)
+
+
+def _priced(kind: str, algorithm: str, proto: str, size: float, plan: _Plan, topo: Topology,
+            ranks: tuple[int, ...]) -> float:
+    """Seconds of one call: NCCL's model, bounded below by the node's published busbw curve."""
+    return max(_call_time(kind, algorithm, proto, size, plan, topo, ranks), _size_floor_s(kind, size, ranks, topo))
+
+
 def _candidates(kind: str, ranks: tuple[int, ...], topo: Topology) -> tuple[str, ...]:
     """Algorithms "auto" chooses among for this group (see module docstring), memoised per group."""
     memo = _candidate_memo.setdefault(topo, {})
@@ -356,7 +401,7 @@ def collective_time_s(kind: str, nbytes: float, ranks: Sequence[int], topo: Topo
     one = memo.get(key)
     if one is None:
         algo, proto = choose(kind, size, group, topo, root=root, algorithm=algorithm, protocol=protocol)
-        one = memo[key] = _call_time(kind, algo, proto, size, _plan(kind, group, topo, algo, root), topo, group)
+        one = memo[key] = _priced(kind, algo, proto, size, _plan(kind, group, topo, algo, root), topo, group)
     return count * one
 
 
@@ -383,7 +428,7 @@ def collective_phases(kind: str, nbytes: float, ranks: Sequence[int], topo: Topo
     phases: list[Phase] = [Phase((), latency * count, 1)] if latency > 0 else []
     if kind == "barrier" or nbytes == 0 or plan[0] == 0:
         return phases
-    bandwidth_only = _call_time(kind, algo, proto, size, plan, topo, group) - latency
+    bandwidth_only = _priced(kind, algo, proto, size, plan, topo, group) - latency
     inflate = bandwidth_only / (plan[0] * size)
     return phases + scale_phases(_unit_phases(kind, group, topo, algo, root), bytes_factor=nbytes * inflate)
 

@@ -11,7 +11,8 @@ File shapes (units in key names; see hardware_profiles/ for complete examples)::
     kind = "node"           # gpu = "<gpu name or path>" or an inline [gpu] table, gpus_per_node,
                             # intra_fabric, [intra_link], gpus_per_pcie_switch, [pcie_link],
                             # host_memory_GiB, host_adam_params_per_s, nics_per_node,
-                            # nic_bandwidth_Gbps (Gb/s, as datasheets say), nic_latency_us, nic_efficiency
+                            # nic_bandwidth_Gbps (Gb/s, as datasheets say), nic_latency_us, nic_efficiency,
+                            # [intra_busbw_curve] ranks/bytes/busbw_GBps (optional)
 
     kind = "cluster"        # node = "<node name or path>" or an inline [node] (which may inline
                             # [node.gpu]), [network], max_nodes (optional), [measured] (optional)
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from simgrid.errors import ProfileError
 from simgrid.hardware.attention import ATTENTION_KERNELS, AttentionKernelTable
+from simgrid.hardware.busbw_curve import BusbwCurve
 from simgrid.hardware.measured import CollectiveRow, ComputeRow, MeasuredTables, P2PRow
 from simgrid.hardware.reader import TableReader
 from simgrid.hardware.rules import FieldError
@@ -224,10 +226,20 @@ def _node(reader: TableReader) -> NodeSpec:
         "nvlink_sharp": reader.boolean("nvlink_sharp", False),
         "cpu_vendor": reader.text("cpu_vendor", "intel"),
         "gpu_arch": reader.text("gpu_arch", "ampere"),
+        "intra_busbw_curve": (_busbw_curve(reader.table("intra_busbw_curve"))
+                              if reader.has("intra_busbw_curve") else None),
     }
     fields["sources"] = reader.sources()
     reader.finish()
     return reader.build(NodeSpec, **fields)
+
+
+def _busbw_curve(reader: TableReader) -> BusbwCurve:
+    curve = reader.build(BusbwCurve, ranks=reader.integer("ranks"),
+                         bytes=reader.number_list("bytes", integers=True),
+                         busbw_GBps=reader.number_list("busbw_GBps"))
+    reader.finish()
+    return curve
 
 
 def _network(reader: TableReader) -> NetworkSpec:

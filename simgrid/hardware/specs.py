@@ -15,6 +15,7 @@ from typing import Literal, get_args
 
 from simgrid.errors import ProfileError
 from simgrid.hardware.attention import AttentionKernelTable
+from simgrid.hardware.busbw_curve import BusbwCurve
 from simgrid.hardware.measured import MeasuredTables
 from simgrid.hardware.rules import (
     FieldError,
@@ -328,6 +329,10 @@ class NodeSpec:
     gpu_arch: str = "ampere"
     """GPU generation as NCCL's tuner groups it (``volta``, ``ampere``, ``hopper``, ``blackwell``):
     LL bandwidth ceiling in one node, NVLS efficiency, ring latency plateau."""
+    intra_busbw_curve: BusbwCurve | None = None
+    """A published nccl-tests all_reduce curve of this node's GPU fabric; intra-node all-reduce,
+    all-gather and reduce-scatter reach at most its fraction of the plateau at their bytes per rank
+    (:mod:`simgrid.costs.busbw_curve`). ``None``: NCCL's tuner model alone."""
     sources: Mapping[str, str] = field(default_factory=dict)
     """Field name (or dotted path) -> where the figure comes from."""
 
@@ -353,6 +358,9 @@ class NodeSpec:
                              owner="NodeSpec")
         check_choice("NodeSpec", "cpu_vendor", self.cpu_vendor, CPU_VENDORS)
         check_choice("NodeSpec", "gpu_arch", self.gpu_arch, GPU_ARCHS)
+        if self.intra_busbw_curve is not None and not isinstance(self.intra_busbw_curve, BusbwCurve):
+            raise FieldError("intra_busbw_curve", self.intra_busbw_curve, "must be a BusbwCurve or None",
+                             owner="NodeSpec")
         _freeze_sources("NodeSpec", self)
 
     @property

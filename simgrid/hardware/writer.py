@@ -131,6 +131,10 @@ def _node(doc: _Document, node: NodeSpec, prefix: str, *, top: bool) -> None:
         doc.table(prefix.rstrip("."), items)
     doc.table(prefix + "intra_link", _link_items(node.intra_link))
     doc.table(prefix + "pcie_link", _link_items(node.pcie_link))
+    curve = node.intra_busbw_curve
+    if curve is not None:
+        doc.table(prefix + "intra_busbw_curve", {"ranks": curve.ranks, "bytes": curve.bytes,
+                                                 "busbw_GBps": curve.busbw_GBps})
     if node.sources:
         doc.table(prefix + "sources", dict(node.sources))
     _gpu(doc, node.gpu, prefix + "gpu.", top=False)
