@@ -31,6 +31,7 @@ import functools
 import math
 
 from simgrid.hardware.busbw_curve import BusbwCurve
+from simgrid.hardware.rules import piecewise_linear
 
 
 @functools.lru_cache(maxsize=64)
@@ -51,6 +52,4 @@ def size_fraction(curve: BusbwCurve, bytes_per_rank: float) -> float:
         return 1.0
     if x <= xs[0]:
         return fractions[0] * 2 ** (x - xs[0])
-    i = next(k for k in range(1, len(xs)) if x <= xs[k])
-    t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-    return fractions[i - 1] + t * (fractions[i] - fractions[i - 1])
+    return piecewise_linear(xs, fractions, x)

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from simgrid.hardware.rules import FieldError, check_int_at_least, check_positive, check_text
+from simgrid.hardware.rules import FieldError, check_positive, check_strictly_ascending, check_text, piecewise_linear
 
 Direction = Literal["fwd", "bwd"]
 ATTENTION_KERNELS: tuple[str, ...] = ("fa2", "fa3")
@@ -40,23 +40,7 @@ def _grid(owner: str, field: str, value: Sequence[Sequence[float]], rows: int, c
 def _ascending(owner: str, field: str, values: tuple[int, ...]) -> None:
     if not values:
         raise FieldError(field, values, "must have at least one point", owner=owner)
-    for i, v in enumerate(values):
-        check_int_at_least(owner, f"{field}[{i}]", v, 1)
-        if i and v <= values[i - 1]:
-            raise FieldError(field, values, "must be strictly ascending", owner=owner)
-
-
-def _interp(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
-    """Piecewise-linear in ``xs`` (callers pass log2 of lengths), clamped at both ends."""
-    if x <= xs[0]:
-        return ys[0]
-    if x >= xs[-1]:
-        return ys[-1]
-    for i in range(1, len(xs)):
-        if x <= xs[i]:
-            t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
-            return ys[i - 1] + t * (ys[i] - ys[i - 1])
-    return ys[-1]
+    check_strictly_ascending(owner, field, values)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,8 +82,8 @@ class AttentionKernelTable:
     def _at(self, grid: tuple[tuple[float, ...], ...], seq_len: float, head_dim: float) -> float:
         logs = [math.log2(s) for s in self.seq_len]
         x = math.log2(max(seq_len, 1.0))
-        per_dim = [_interp(logs, row, x) for row in grid]
-        return _interp([float(d) for d in self.head_dim], per_dim, float(head_dim))
+        per_dim = [piecewise_linear(logs, row, x) for row in grid]
+        return piecewise_linear([float(d) for d in self.head_dim], per_dim, float(head_dim))
 
     def tflops(self, direction: Direction, seq_len: float, head_dim: float, *, causal: bool = True) -> float:
         """Speed at one shape: piecewise-linear in log2(sequence length) and in head dim, clamped outside

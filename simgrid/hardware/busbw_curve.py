@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from simgrid.hardware.rules import FieldError, check_int_at_least, check_positive
+from simgrid.hardware.rules import FieldError, check_int_at_least, check_positive, check_strictly_ascending
 
 _OWNER = "BusbwCurve"
 
@@ -34,10 +34,7 @@ class BusbwCurve:
         object.__setattr__(self, "busbw_GBps", tuple(float(b) for b in self.busbw_GBps))
         if len(self.bytes) < 2:
             raise FieldError("bytes", self.bytes, "must have at least two sizes (a curve)", owner=_OWNER)
-        for i, size in enumerate(self.bytes):
-            check_int_at_least(_OWNER, f"bytes[{i}]", size, 1)
-            if i and size <= self.bytes[i - 1]:
-                raise FieldError("bytes", self.bytes, "must be strictly ascending", owner=_OWNER)
+        check_strictly_ascending(_OWNER, "bytes", self.bytes)
         if len(self.busbw_GBps) != len(self.bytes):
             raise FieldError("busbw_GBps", self.busbw_GBps,
                              f"must have {len(self.bytes)} values, one per entry of bytes", owner=_OWNER)

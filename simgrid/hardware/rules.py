@@ -9,7 +9,7 @@ the full field path (``hardware_profiles/nodes/x.toml: intra_link.bandwidth_GBps
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from simgrid.errors import ProfileError
@@ -123,6 +123,27 @@ def check_int_at_least(owner: str, field: str, value: object, minimum: int) -> N
     if value > MAX_MAGNITUDE:
         raise FieldError(field, value, f"is out of range: integers above {MAX_MAGNITUDE:g} are refused",
                          owner=owner)
+
+
+def check_strictly_ascending(owner: str, field: str, values: Sequence[int]) -> None:
+    """Every entry an integer >= 1, each larger than the one before (a curve's or a table's axis)."""
+    for i, value in enumerate(values):
+        check_int_at_least(owner, f"{field}[{i}]", value, 1)
+        if i and value <= values[i - 1]:
+            raise FieldError(field, values, "must be strictly ascending", owner=owner)
+
+
+def piecewise_linear(xs: Sequence[float], ys: Sequence[float], x: float) -> float:
+    """Piecewise-linear in ``xs`` (callers pass log2 of sizes or lengths), clamped at both ends."""
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    for i in range(1, len(xs)):
+        if x <= xs[i]:
+            t = (x - xs[i - 1]) / (xs[i] - xs[i - 1])
+            return ys[i - 1] + t * (ys[i] - ys[i - 1])
+    return ys[-1]
 
 
 def check_choice(owner: str, field: str, value: object, choices: Iterable[str]) -> None:

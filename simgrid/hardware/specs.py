@@ -27,6 +27,7 @@ from simgrid.hardware.rules import (
     check_non_negative,
     check_positive,
     check_slowdown,
+    check_strictly_ascending,
     check_text,
 )
 
@@ -103,10 +104,7 @@ class MatmulEfficiency:
         if len(self.min_dim) != len(self.relative):
             raise FieldError("relative", self.relative, f"must have {len(self.min_dim)} values, one per min_dim",
                              owner="MatmulEfficiency")
-        for i, dim in enumerate(self.min_dim):
-            check_int_at_least("MatmulEfficiency", f"min_dim[{i}]", dim, 1)
-            if i and dim <= self.min_dim[i - 1]:
-                raise FieldError("min_dim", self.min_dim, "must be strictly ascending", owner="MatmulEfficiency")
+        check_strictly_ascending("MatmulEfficiency", "min_dim", self.min_dim)
         for i, value in enumerate(self.relative):
             check_fraction("MatmulEfficiency", f"relative[{i}]", value)
 
