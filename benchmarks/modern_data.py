@@ -110,6 +110,10 @@ class DevRow:
     tp_impl: str = "megatron"
     """Tensor-parallel implementation (Layout.tp_impl): ``dtensor`` for torchtitan's DTensor TP on ``[b, s, h]``
     activations (a chunk + cat copy per sequence-parallel collective), ``megatron`` else."""
+    checkpoint_impl: str = "reentrant"
+    """How full activation checkpointing reruns a layer (Layout.checkpoint_impl): ``non-reentrant`` for
+    torch.utils.checkpoint around each whole block (torchtitan), ``non-reentrant-modules`` for the attention and
+    MLP modules wrapped apart (NeMo AutoModel with torch.compile), ``reentrant`` (Megatron-LM) else."""
     overlap_param_gather: bool = False
     """Megatron-Core ``--overlap-param-gather`` (ZeRO-1 parameter gathers in the next step's forward;
     Layout.overlap_param_gather). Rows with ``zero_impl = "megatron"`` also take Megatron-Core's gradient
@@ -343,6 +347,9 @@ DEV_ROWS: tuple[DevRow, ...] = (
         deviations=(_TITAN_HW, _COMPILE),
         tp_impl="dtensor",  # 820504e parallelize_llama.py apply_tp: Shard(1) of [b, s, h] (lines 139-196)
         optimizer_impl="fused",  # 820504e: optimizer.implementation defaults to "fused" (config_manager.py)
+        # 820504e models/llama3/parallelize_llama.py line 238: ptd_checkpoint_wrapper(module, preserve_rng_state=
+        # False), whose checkpoint_impl defaults to NO_REENTRANT (torch checkpoint_wrapper.py): early stop
+        checkpoint_impl="non-reentrant",
     ),
     DevRow(
         id="titan-8b-fsdp8-tp8", source=TITAN_ASYNC_TP, gpu="H100", cluster=_TITAN_CLUSTER,
@@ -362,18 +369,23 @@ DEV_ROWS: tuple[DevRow, ...] = (
         id="automodel-70b-fsdp32-cp2", source=AUTOMODEL, gpu="H100", cluster="dgx-h100-ndr", model="llama3-70b",
         seq_length=8192, dp=32, cp=2, zero=3, zero_impl="fsdp2", micro_batch=1, global_batch=128,
         recompute="full", metric="tokens_per_s_per_gpu", published=866.77,
+        # parallelizer.py lines 230-239 at 2013a4d: with enable_compile, checkpoint_wrapper(self_attn / mlp,
+        # checkpoint_impl=CheckpointImpl.NO_REENTRANT); norms and residual adds stay outside (model.py 215-233)
+        checkpoint_impl="non-reentrant-modules",
         published_text="866.77 Tokens/sec/GPU (18.90 s per global step, 389 model TFLOP/s/GPU)",
         conversion="as published (= 128 x 8192 / 18.90 s / 64)",
         recipe="64 GPUs, GBS 128, MBS 1, GA 4, seq 8192, TP 1, PP 1, CP 2, FSDP 32; TE kernels, FSDP2 with "
                "weight prefetch, reshard after forward, torch.compile, activation checkpointing on, TE FusedAdam",
         assumed=("activation checkpointing: the recipe's activation_checkpointing: True with enable_compile: True "
                  "wraps each layer's self_attn and mlp in a non-reentrant checkpoint_wrapper (parallelizer.py at "
-                 "2013a4d, lines 230-239), simulated as recompute 'full' of both sub-blocks",),
+                 "2013a4d, lines 230-239), simulated as recompute 'full' with checkpoint_impl "
+                 "'non-reentrant-modules': neither norm nor residual add is rerun (outside the wrapped modules, "
+                 "components/models/llama/model.py lines 215-233), nor, through the checkpoint's early stop, o_proj "
+                 "and down_proj (lines 151 and 170)",),
         deviations=(_COMPILE,
-                    "recompute: the code reruns neither the norms (outside the wrapped modules) nor, through the "
-                    "non-reentrant checkpoint's early stop, o_proj and down_proj (the last GEMM of each wrapped "
-                    "module, components/models/llama/model.py lines 151 and 170); the simulation reruns the "
-                    "whole attention and MLP sub-blocks"),
+                    "recompute under torch.compile: Inductor's min-cut partitioner may still rematerialise the "
+                    "fp32 RMSNorm's pointwise output inside the backward's fused kernels (rms_norm: torch_fp32); "
+                    "not simulated"),
         # FSDP2 reduce dtype and gradient sync, read at 2013a4d: the recipe sets no mp_policy, so
         # FSDP2Config.__post_init__ builds MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=bf16)
         # (components/distributed/config.py lines 116-123; the fp32 fallback in parallelizer.py line 282 only
@@ -391,6 +403,9 @@ DEV_ROWS: tuple[DevRow, ...] = (
             model=f"llama2-{size}", seq_length=4096, dp=64, zero=3, zero_impl="fsdp2", reduce_dtype="fp32",
             micro_batch=batch, global_batch=64 * batch,
             recompute={"full": "full", "sacop": "selective-op"}.get(tag, "none"), attention_kernel="fa2",
+            # 528cab9 parallelisms/parallelize_llama.py lines 73-80: mode "full" is ptd_checkpoint_wrapper(...,
+            # checkpoint_impl=CheckpointImpl.NO_REENTRANT, use_reentrant=False): early stop (simgrid.model.early_stop)
+            checkpoint_impl="non-reentrant",
             kernel_fusion="eager-fused-norm", metric="tokens_per_s_per_gpu", published=wps,
             published_text=f"{wps:g} WPS (MFU {mfu})",
             conversion="as published (torchtitan's WPS = tokens per second per GPU)",

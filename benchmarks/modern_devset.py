@@ -61,7 +61,8 @@ def dev_layout(row: DevRow) -> Layout:
                     kernel_fusion=row.kernel_fusion, precision=row.precision,  # type: ignore[arg-type]
                     cross_entropy=row.cross_entropy,  # type: ignore[arg-type]
                     optimizer_impl=row.optimizer_impl,  # type: ignore[arg-type]
-                    tp_impl=row.tp_impl)  # type: ignore[arg-type]
+                    tp_impl=row.tp_impl,  # type: ignore[arg-type]
+                    checkpoint_impl=row.checkpoint_impl)  # type: ignore[arg-type]
     check_layout(dev_model(row), layout)
     return layout
 

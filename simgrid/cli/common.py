@@ -209,6 +209,11 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
     g.add_argument("--tp-impl", default="megatron", metavar="{megatron,dtensor}",
                    help="whose tensor parallelism: megatron ([s, b, h] activations; default) or dtensor (torchtitan's "
                         "DTensor TP on [b, s, h]: a chunk + cat copy per sequence-parallel gather and scatter)")
+    g.add_argument("--checkpoint-impl", default="reentrant", metavar="{reentrant,non-reentrant,non-reentrant-modules}",
+                   help="how --recompute full checkpoints: reentrant (Megatron-LM: reruns each layer's whole forward; "
+                        "default), non-reentrant (torch.utils.checkpoint(use_reentrant=False) per layer, torchtitan: "
+                        "the recompute stops before the MLP's second GEMM) or non-reentrant-modules (attention and MLP "
+                        "wrapped apart, NeMo AutoModel: no norm, residual add or output projection is rerun)")
 
 
 def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -222,7 +227,8 @@ def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "kernel_fusion": getattr(args, "kernel_fusion", "fused"),
             "optimizer_impl": getattr(args, "optimizer_impl", "fused"),
             "zero_impl": getattr(args, "zero_impl", "deepspeed"), "reduce_dtype": getattr(args, "reduce_dtype", "param"),
-            "cross_entropy": getattr(args, "cross_entropy", "fused"), "tp_impl": getattr(args, "tp_impl", "megatron")}
+            "cross_entropy": getattr(args, "cross_entropy", "fused"), "tp_impl": getattr(args, "tp_impl", "megatron"),
+            "checkpoint_impl": getattr(args, "checkpoint_impl", "reentrant")}
 
 
 def add_hardware_args(parser: argparse.ArgumentParser, *, cluster_required: bool, gpu_profile: bool,
@@ -366,6 +372,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         overlap_param_gather=getattr(args, "overlap_param_gather", False),
         cross_entropy=getattr(args, "cross_entropy", "fused"), tp_impl=getattr(args, "tp_impl", "megatron"),
         optimizer_impl=getattr(args, "optimizer_impl", "fused"),
+        checkpoint_impl=getattr(args, "checkpoint_impl", "reentrant"),
     )
     if order is None:
         return Layout(**fields)

@@ -30,6 +30,7 @@ BucketPolicy = Literal["ddp", "megatron"]
 CrossEntropyImpl = Literal["fused", "unfused"]
 OptimizerImpl = Literal["fused", "foreach"]
 TPImpl = Literal["megatron", "dtensor"]
+CheckpointImpl = Literal["reentrant", "non-reentrant", "non-reentrant-modules"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
@@ -44,6 +45,7 @@ BUCKET_POLICIES: tuple[str, ...] = get_args(BucketPolicy)
 CROSS_ENTROPY_IMPLS: tuple[str, ...] = get_args(CrossEntropyImpl)
 OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
 TP_IMPLS: tuple[str, ...] = get_args(TPImpl)
+CHECKPOINT_IMPLS: tuple[str, ...] = get_args(CheckpointImpl)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need
 #: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
@@ -171,6 +173,15 @@ class Layout:
     PyTorch DTensor TP as torchtitan applies it to ``[b, s, h]`` activations sharded on dim 1, where every
     sequence-parallel all-gather is followed by, and every reduce-scatter preceded by, a chunk + cat copy of
     the whole tensor on the compute stream (:mod:`simgrid.schedules.lower.dtensor_copies`)."""
+    checkpoint_impl: CheckpointImpl = "reentrant"
+    """How ``recompute = "full"`` checkpoints (:mod:`simgrid.model.early_stop`): ``reentrant`` reruns each
+    transformer layer's whole forward (Megatron-LM's ``tensor_parallel.checkpoint``); ``non-reentrant`` is
+    PyTorch's ``torch.utils.checkpoint(use_reentrant=False)`` around each whole layer (torchtitan), whose
+    recompute stops once every tensor saved for the backward is back, so a layer's last GEMM (the MLP's
+    second matrix), what follows it and its output collective are not rerun; ``non-reentrant-modules`` wraps
+    the attention and the MLP separately, norms and residual adds outside (NeMo AutoModel with torch.compile),
+    so neither norm, neither residual add nor either output projection reruns. Per-op checkpointing
+    (``selective-op``) is always non-reentrant and already stops early; ``selective`` is Megatron's."""
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
@@ -194,6 +205,7 @@ class Layout:
         _choice("cross_entropy", self.cross_entropy, CROSS_ENTROPY_IMPLS)
         _choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         _choice("tp_impl", self.tp_impl, TP_IMPLS)
+        _choice("checkpoint_impl", self.checkpoint_impl, CHECKPOINT_IMPLS)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
                      "tp_comm_overlap", "overlap_param_gather", "tp_async_grad_comm"):
             if not isinstance(getattr(self, flag), bool):
@@ -294,6 +306,12 @@ class Layout:
                 "layout: recompute 'selective' reruns the attention core, which flash_attention already "
                 "recomputes inside its backward (nothing is left to recompute selectively); use recompute "
                 "'none' or 'full' with flash_attention"
+            )
+        if self.checkpoint_impl != "reentrant" and (self.recompute == "selective" or self.tp_comm_overlap):
+            what = "recompute 'selective'" if self.recompute == "selective" else "tp_comm_overlap"
+            raise LayoutError(
+                f"layout: checkpoint_impl = {self.checkpoint_impl!r} is PyTorch's non-reentrant checkpoint, but "
+                f"{what} is Megatron-LM's, which checkpoints reentrantly; use checkpoint_impl 'reentrant'"
             )
         if self.recompute == "selective-op" and not self.flash_attention:
             raise LayoutError(

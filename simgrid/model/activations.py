@@ -34,7 +34,7 @@ themselves are freed once cast). Transient peaks inside a kernel (e.g. logits be
 from __future__ import annotations
 
 from simgrid.errors import ModelError
-from simgrid.layout.spec import RecomputePolicy
+from simgrid.layout.spec import CheckpointImpl, RecomputePolicy
 from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_seq_length, local_vocab
 from simgrid.model.moe import is_moe_block, moe_activation_bytes
 from simgrid.model.selective_op import saved_activation_bytes
@@ -68,8 +68,14 @@ def block_activation_bytes(
     flash_attention: bool = False,
     cp: int = 1,
     etp: int = 1,
+    checkpoint_impl: CheckpointImpl = "reentrant",
 ) -> int:
     """Bytes one sub-block keeps for backward, for one micro-batch on one tensor-parallel rank.
+
+    ``checkpoint_impl`` (``recompute = "full"`` only, :mod:`simgrid.model.early_stop`): ``non-reentrant-modules``
+    checkpoints the attention and the MLP modules apart, so each sub-block keeps its norm's input and the
+    module's input (the norm's output) instead of one layer input; the norm's per-token fp32 statistic is
+    not counted. Early stop itself changes nothing here: what it skips is not saved.
 
     ``cp``: the rank keeps its own ``s / cp`` tokens of every tensor; its attention probabilities are
     ``(s / cp) x s`` (its queries against all keys). The gathered keys and values are not kept: the
@@ -97,6 +103,8 @@ def block_activation_bytes(
         return TOKEN_ID_BYTES * tokens + per_rank_hidden * mask
     if kind == "head":
         return 2 * per_rank_hidden * d + LOSS_BYTES * tokens * local_vocab(model, tp)
+    if recompute == "full" and checkpoint_impl == "non-reentrant-modules":
+        return 2 * per_rank_hidden * d
     if recompute == "full":
         # Only the layer input survives; it belongs to the layer's first sub-block.
         return per_rank_hidden * d if kind == "attn" else 0

@@ -16,6 +16,7 @@ from simgrid.layout.spec import Layout, check_layout
 from simgrid.model.activations import block_activation_bytes
 from simgrid.model.blocks import block_kind, local_seq_length
 from simgrid.model.comm import TPCollective, block_cp_collectives, block_tp_collectives
+from simgrid.model.early_stop import skipped_by_early_stop
 from simgrid.model.flops import BlockFlops, block_flops
 from simgrid.model.gemms import BlockGemms, Gemm, block_gemms
 from simgrid.model.kernels import BlockKernels, block_kernels
@@ -44,7 +45,8 @@ class BlockCost:
     bwd_weight_flops: float
     """Backward weight-gradient FLOPs (W)."""
     recompute_flops: float
-    """FLOPs rerun before the backward: full -> the forward (transformer blocks only), selective -> the
+    """FLOPs rerun before the backward: full -> the forward (transformer blocks only; a non-reentrant checkpoint
+    less the GEMMs its early stop skips, :mod:`simgrid.model.early_stop`), selective -> the
     attention core's forward, selective-op -> the linears torchtitan's policy does not save
     (:mod:`simgrid.model.selective_op`), none -> 0."""
     fwd_hbm_bytes: int
@@ -118,6 +120,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
         sequence_parallel=layout.sequence_parallel, recompute=layout.recompute, dtype_bytes=layout.param_bytes,
         flash_attention=layout.flash_attention, cp=layout.cp, etp=layout.expert_tp,
+        checkpoint_impl=layout.checkpoint_impl,
     )
     # A fused core's FLOPs are priced at the GPU's attention-kernel efficiency (simgrid.costs.compute); the
     # unfused core's batched GEMMs keep the GEMM efficiency plus their s x s operand traffic (kernels.py).
@@ -177,7 +180,8 @@ def _rerun(model: ModelSpec, layout: Layout, block: int, kind: str, flops: Block
     (Megatron checkpoints transformer-layer inputs); ``selective`` needs no such test, since only an attention
     sub-block has a core to rerun.
 
-    - ``full``: the sub-block's whole forward (Megatron-LM activation checkpointing).
+    - ``full``: the sub-block's whole forward (Megatron-LM's reentrant activation checkpointing), less what a
+      non-reentrant checkpoint's early stop skips (:mod:`simgrid.model.early_stop`, ``Layout.checkpoint_impl``).
     - ``selective``: the attention core only (Korthikanti et al. 2022, section 5): its FLOPs, kernels and the
       traffic on the ``s x s`` scores.
     - ``selective-op``: the GEMMs torchtitan's per-op checkpointing does not save, and the element-wise work
@@ -188,7 +192,11 @@ def _rerun(model: ModelSpec, layout: Layout, block: int, kind: str, flops: Block
     # The FLOPs come from BlockFlops.recompute, the rule model_flops_per_iteration also counts with.
     rerun_flops = flops.recompute(layout.recompute, recomputable=transformer)
     if layout.recompute == "full" and transformer:
-        return _Rerun(rerun_flops, kernels.fwd_hbm_bytes, kernels.fwd_kernels, gemms.fwd, fused_fwd)
+        skip = skipped_by_early_stop(model, layout, block, kernels)
+        re_gemms = gemms.fwd[:-1] if skip.last_gemm else gemms.fwd  # the output projection is listed last
+        dropped = sum(2.0 * m * n * k * count for m, n, k, count in gemms.fwd[len(re_gemms):])
+        return _Rerun(rerun_flops - dropped, kernels.fwd_hbm_bytes - skip.hbm_bytes,
+                      kernels.fwd_kernels - skip.kernels, re_gemms, fused_fwd)
     if layout.recompute == "selective":
         return _Rerun(rerun_flops, kernels.core_fwd_hbm_bytes, kernels.core_fwd_kernels, gemms.core_fwd,
                       fused_fwd if transformer else 0.0)

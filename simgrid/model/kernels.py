@@ -81,6 +81,12 @@ class BlockKernels:
     residual_fwd_hbm_bytes: int = 0
     """Forward bytes of the block's closing (bias+dropout+) residual add; 0 outside attention and dense MLP
     blocks (what per-op checkpointing does not repeat after an MLP, :mod:`simgrid.model.selective_op`)."""
+    norm_fwd_hbm_bytes: int = 0
+    """Forward bytes of the block's opening norm (eager RMSNorm's extra passes included); 0 outside attention
+    and dense MLP blocks (what a checkpoint of the attention or MLP module alone does not rerun,
+    :mod:`simgrid.model.early_stop`)."""
+    norm_fwd_kernels: int = 0
+    """Forward launches of that norm (1 fused, 7 for eager RMSNorm)."""
 
 
 def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
@@ -130,9 +136,12 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
     extra = _eager_extra(model, layout, kind)
     if any(extra):
         base = block_kernels(model, dataclasses.replace(layout, kernel_fusion="fused"), block)
+        norm = _eager_extra(model, layout, "head")  # the head's extra is its norm's alone
         return dataclasses.replace(base, fwd_hbm_bytes=base.fwd_hbm_bytes + extra[0],
                                    bwd_hbm_bytes=base.bwd_hbm_bytes + extra[1],
-                                   fwd_kernels=base.fwd_kernels + extra[2], bwd_kernels=base.bwd_kernels + extra[3])
+                                   fwd_kernels=base.fwd_kernels + extra[2], bwd_kernels=base.bwd_kernels + extra[3],
+                                   norm_fwd_hbm_bytes=base.norm_fwd_hbm_bytes + (norm[0] if base.norm_fwd_kernels else 0),
+                                   norm_fwd_kernels=base.norm_fwd_kernels + (norm[2] if base.norm_fwd_kernels else 0))
     if kind == "attn":
         core = _flash_core(model, layout) if layout.flash_attention else _unfused_core(model, layout)
         fwd = norm_fwd + core.fwd_bytes + residual_fwd
@@ -148,7 +157,8 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
             bwd_k += 2
         return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k, bwd_kernels=bwd_k,
                             gemm_mnk=(tokens, qkv_width(model, tp), h), core_fwd_hbm_bytes=core.fwd_bytes,
-                            core_fwd_kernels=core.fwd_kernels)
+                            core_fwd_kernels=core.fwd_kernels, residual_fwd_hbm_bytes=residual_fwd,
+                            norm_fwd_hbm_bytes=norm_fwd, norm_fwd_kernels=1)
 
     if is_moe_block(model, block):
         moe = moe_traffic(model, layout, dropout_mask_bytes=MASK_BYTES if dropout else 0)
@@ -163,7 +173,8 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
         bwd += tokens * mlp_in_width(model, tp) * d + hidden
         bwd_k += 2
     return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k, bwd_kernels=bwd_k,
-                        gemm_mnk=(tokens, mlp_in_width(model, tp), h), residual_fwd_hbm_bytes=residual_fwd)
+                        gemm_mnk=(tokens, mlp_in_width(model, tp), h), residual_fwd_hbm_bytes=residual_fwd,
+                        norm_fwd_hbm_bytes=norm_fwd, norm_fwd_kernels=1)
 
 
 #: PyTorch-eager bytes per element of torchtitan's RMSNorm (``_norm(x.float()).type_as(x) * weight``,

@@ -91,8 +91,8 @@ def test_stage_granularity_folds_the_same_copies() -> None:
 def test_full_recompute_copies_follow_the_collectives_that_run() -> None:
     """Full AC over DTensor TP: the recompute copies the attention's gather and scatter and the MLP's gather
     (the MLP's output reduce-scatter is not rerun); each backward copies the output-grad gather and the
-    input-grad scatter only (no input re-gather)."""
-    extra = _extra(tp=2, sequence_parallel=True, recompute="full")
+    input-grad scatter only (no input re-gather). torchtitan's checkpoint is non-reentrant."""
+    extra = _extra(tp=2, sequence_parallel=True, recompute="full", checkpoint_impl="non-reentrant")
     for block in range(1, 2 * TINY.num_layers + 1):
         attention = block % 2 == 1
         assert extra[("R", 0, block)] == ((2 if attention else 1) * 2 * ACTIVATION, 2 if attention else 1)

@@ -154,7 +154,8 @@ def test_dtensor_full_recompute_neither_regathers_nor_reruns_the_layer_last_redu
     output is the block's, which no gradient needs); the backward gathers the output gradient and
     reduce-scatters the input gradient, with no input re-gather (the mm saved the gathered tensor, which the
     recompute brings back). 11 collectives per layer."""
-    ops = _tp_role(tp=2, sequence_parallel=True, recompute="full", tp_impl="dtensor")
+    ops = _tp_role(tp=2, sequence_parallel=True, recompute="full", tp_impl="dtensor",
+                       checkpoint_impl="non-reentrant")
     for layer in range(TINY.num_layers):
         assert _per_layer(ops, layer) == {
             ("F", "attn", "all_gather"): 1, ("F", "attn", "reduce_scatter"): 1,
@@ -191,7 +192,8 @@ def test_dtensor_full_recompute_folds_the_same_collectives_at_stage_granularity(
     """A stage-wide op folds exactly the block-level collectives: same count and bytes per compute kind."""
     def per_kind(granularity: str) -> Counter:
         found: Counter = Counter()
-        for op in _tp_role(granularity, tp=2, sequence_parallel=True, recompute="full", tp_impl="dtensor"):
+        for op in _tp_role(granularity, tp=2, sequence_parallel=True, recompute="full", tp_impl="dtensor",
+                       checkpoint_impl="non-reentrant"):
             if isinstance(op, Collective):
                 found[(op.handle.split(":")[3], op.kind)] += op.count
                 found[(op.handle.split(":")[3], op.kind, "bytes")] += op.bytes

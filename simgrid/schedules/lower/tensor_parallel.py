@@ -14,8 +14,9 @@ whose sequence-parallel input is an all-gather output it does not save: the sub-
 all-gather moves from before its backward to before its recompute, whose output the backward then reuses
 (:func:`regathered_by_recompute`). DTensor tensor parallelism under a full checkpoint (torchtitan's
 ``recompute = "full"``, ``tp_impl = "dtensor"``) issues fewer collectives than Megatron's
-(:func:`dtensor_full_recompute_drops`): no input re-gather before the backward and no re-run of the layer's
-last reduce-scatter.
+(:func:`dtensor_full_recompute_drops`): no input re-gather before the backward. A non-reentrant full checkpoint
+(``Layout.checkpoint_impl``) reruns no collective after the GEMM its early stop skips (:func:`early_stop_drops`):
+the layer's last reduce-scatter (and, checkpointing the attention and MLP modules apart, the attention's too).
 
 At ``stage`` granularity the collectives of the op's whole block range are folded into one collective
 per (position, kind) with ``count`` = how many were folded and ``bytes`` their total.
@@ -33,6 +34,8 @@ from collections.abc import Callable
 from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.model.blocks import block_kind
+from simgrid.model.early_stop import skipped_by_early_stop
+from simgrid.model.kernels import block_kernels
 from simgrid.schedules.lower.context import LoweringContext, Role
 from simgrid.schedules.lower.dtensor_copies import copies_dtensor, with_copies
 
@@ -56,8 +59,9 @@ def dtensor_full_recompute_drops(ctx: LoweringContext, block: int, kind: str, la
       ``Replicate`` input the forward all-gather produced, not its shard; the full checkpoint drops that
       saved tensor and the recompute's all-gather brings it back, so the backward gathers nothing again.
       Megatron's linear saves only the shard and re-gathers in its backward (:mod:`simgrid.model.comm`).
-    - R of an MLP sub-block: the layer's output reduce-scatter (``output``). PyTorch's non-reentrant
-      checkpoint stops recomputing once the last tensor the forward saved is back
+    - R of an MLP sub-block: the layer's output reduce-scatter (``output``), with a non-reentrant checkpoint
+      only (``Layout.checkpoint_impl``; :func:`early_stop_drops`, which Megatron's tp_impl follows too).
+      PyTorch's non-reentrant checkpoint stops recomputing once the last tensor the forward saved is back
       (``torch/utils/checkpoint.py``, ``early_stop``: ``_StopRecomputationError`` from the recompute's pack
       hook), which is ``w2``'s ``mm`` input, packed before the ``mm`` runs; under torch.compile the backward
       graph keeps only what the gradients need, and nothing needs the block's output. The attention's
@@ -70,9 +74,15 @@ def dtensor_full_recompute_drops(ctx: LoweringContext, block: int, kind: str, la
     session 9)."""
     if ctx.layout.tp_impl != "dtensor" or ctx.layout.recompute != "full" or ctx.cost(block).recompute_flops == 0:
         return False
-    if kind in ("B", "I"):
-        return label == REGATHER
-    return kind == "R" and label == "output" and block_kind(ctx.model, block)[0] == "mlp"
+    return kind in ("B", "I") and label == REGATHER
+
+
+def early_stop_drops(ctx: LoweringContext, block: int, kind: str, label: str) -> bool:
+    """Whether ``block``'s output collective (``output``: reduce-scatter, or all-reduce without sequence
+    parallelism) is left out of its recompute (``kind`` R): a non-reentrant checkpoint stops before the GEMM
+    that feeds it (:func:`simgrid.model.early_stop.skipped_by_early_stop`)."""
+    return kind == "R" and label == "output" and ctx.cost(block).recompute_flops > 0 and skipped_by_early_stop(
+        ctx.model, ctx.layout, block, block_kernels(ctx.model, ctx.layout, block)).last_gemm
 
 
 def comm_phase(ctx: LoweringContext, op: Compute) -> str | None:
@@ -107,7 +117,8 @@ def _folded(ctx: LoweringContext, kind: str, start: int, end: int, phase: str, c
                     keep = regather  # the per-op recompute issues its sub-blocks' re-gathers and nothing else
                 else:
                     keep = coll.phase == phase and not (regather and kind in ("B", "I"))
-                    keep = keep and not (comm == "tp_comm" and dtensor_full_recompute_drops(ctx, block, kind, coll.label))
+                    keep = keep and not (comm == "tp_comm" and (dtensor_full_recompute_drops(ctx, block, kind, coll.label)
+                                                                or early_stop_drops(ctx, block, kind, coll.label)))
                 if keep:
                     entry = folded[(coll.position, coll.kind, serial if ctx.granularity == "block" else 0)]
                     entry[0] += 1
