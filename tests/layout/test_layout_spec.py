@@ -176,3 +176,21 @@ def test_tp_impl_defaults_to_megatron_and_refuses_bad_values() -> None:
         Layout(tp=2, sequence_parallel=True, tp_comm_overlap=True, tp_impl="dtensor")
     with pytest.raises(LayoutError, match=r"tp_async_grad_comm is Megatron's.*tp_impl = 'dtensor'"):
         Layout(tp=2, sequence_parallel=True, tp_async_grad_comm=True, tp_impl="dtensor")
+
+
+def test_checkpoint_impl_defaults_to_reentrant_and_refuses_bad_values() -> None:
+    """checkpoint_impl says how recompute 'full' checkpoints: reentrant (Megatron-LM) by default; the
+    non-reentrant values survive to_dict; an unknown value, and non-reentrant with Megatron's own selective
+    recompute or its userbuffers overlap, are one line naming the field."""
+    assert Layout().checkpoint_impl == "reentrant"
+    for impl in ("non-reentrant", "non-reentrant-modules"):
+        lay = Layout(recompute="full", checkpoint_impl=impl)  # type: ignore[arg-type]
+        assert Layout.from_dict(lay.to_dict()) == lay
+    with pytest.raises(LayoutError, match=r"^layout: checkpoint_impl = 'sometimes' is not one of reentrant, "
+                                          r"non-reentrant, non-reentrant-modules$"):
+        Layout(checkpoint_impl="sometimes")  # type: ignore[arg-type]
+    with pytest.raises(LayoutError, match=r"^layout: checkpoint_impl = 'non-reentrant' is PyTorch's .* recompute "
+                                          r"'selective' is Megatron-LM's, .*use checkpoint_impl 'reentrant'$"):
+        Layout(recompute="selective", checkpoint_impl="non-reentrant")
+    with pytest.raises(LayoutError, match=r"tp_comm_overlap is Megatron-LM's"):
+        Layout(tp=2, sequence_parallel=True, tp_comm_overlap=True, checkpoint_impl="non-reentrant-modules")

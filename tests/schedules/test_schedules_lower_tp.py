@@ -155,7 +155,7 @@ def test_dtensor_full_recompute_neither_regathers_nor_reruns_the_layer_last_redu
     reduce-scatters the input gradient, with no input re-gather (the mm saved the gathered tensor, which the
     recompute brings back). 11 collectives per layer."""
     ops = _tp_role(tp=2, sequence_parallel=True, recompute="full", tp_impl="dtensor",
-                       checkpoint_impl="non-reentrant")
+                   checkpoint_impl="non-reentrant")
     for layer in range(TINY.num_layers):
         assert _per_layer(ops, layer) == {
             ("F", "attn", "all_gather"): 1, ("F", "attn", "reduce_scatter"): 1,
@@ -180,6 +180,21 @@ def test_megatron_full_recompute_keeps_the_regather_and_every_rerun_collective()
         assert counts[("R", "mlp", "reduce_scatter")] == 1 and counts[("B", "mlp", "all_gather")] == 2
 
 
+def test_recompute_reruns_the_output_collective_unless_early_stop_skips_its_gemm() -> None:
+    """The recompute's output reduce-scatter follows the checkpoint: a reentrant one (DTensor or Megatron) reruns
+    both sub-blocks' (DTensor then has 12 per layer: no backward re-gather), a non-reentrant one over Megatron's
+    layout only the attention's (13), and per-module wrapping neither."""
+    def recompute_scatters(**layout: object) -> tuple[int, int]:
+        found = _per_layer(_tp_role(tp=2, sequence_parallel=True, recompute="full", **layout), 0)
+        return found[("R", "attn", "reduce_scatter")], found[("R", "mlp", "reduce_scatter")]
+    assert recompute_scatters(tp_impl="dtensor") == (1, 1)
+    assert sum(_per_layer(_tp_role(tp=2, sequence_parallel=True, recompute="full", tp_impl="dtensor"), 0).values()) == 12
+    assert recompute_scatters() == (1, 1)
+    assert recompute_scatters(checkpoint_impl="non-reentrant") == (1, 0)
+    assert recompute_scatters(checkpoint_impl="non-reentrant-modules") == (0, 0)
+    assert recompute_scatters(checkpoint_impl="non-reentrant-modules", tp_impl="dtensor") == (0, 0)
+
+
 def test_dtensor_without_full_recompute_is_unchanged() -> None:
     """The dtensor drop applies to recompute 'full' only: with no recompute the same collectives as Megatron's."""
     def collectives(**layout: object) -> list:
@@ -193,7 +208,7 @@ def test_dtensor_full_recompute_folds_the_same_collectives_at_stage_granularity(
     def per_kind(granularity: str) -> Counter:
         found: Counter = Counter()
         for op in _tp_role(granularity, tp=2, sequence_parallel=True, recompute="full", tp_impl="dtensor",
-                       checkpoint_impl="non-reentrant"):
+                           checkpoint_impl="non-reentrant"):
             if isinstance(op, Collective):
                 found[(op.handle.split(":")[3], op.kind)] += op.count
                 found[(op.handle.split(":")[3], op.kind, "bytes")] += op.bytes
