@@ -51,7 +51,9 @@ class BlockFlops:
         its factor 6 under full recompute); selective reruns the attention core only (Korthikanti et al.
         2022, section 5); selective-op reruns the linears torchtitan's per-op policy does not save (never the
         fused core, whose outputs it saves). This is the one rule: the program's recompute ops
-        (:func:`simgrid.model.cost.block_cost`) and the iteration count below both read it.
+        (:func:`simgrid.model.cost.block_cost`) and the iteration count below both read it; ``full`` here is a
+        reentrant checkpoint's, and block_cost subtracts the GEMMs a non-reentrant one's early stop skips
+        (:mod:`simgrid.model.early_stop`), so executed FLOPs (HFU) follow what runs.
         """
         if policy == "full":
             return self.fwd if recomputable else 0.0
