@@ -14,7 +14,8 @@ collectives and matrix multiplies of the forward and of the backward, recompute 
 the checkpoint, and how many of the forward's matrix multiplies the recompute reruns (the backward's count
 with the checkpoint less the count without). A single-process fake process group of size 2 stands in for NCCL: the collectives are
 recorded, not run. The simulator's DTensor lowering (``simgrid.schedules.lower.tensor_parallel``,
-``dtensor_full_recompute_drops``) follows what this prints; it is evidence for the row
+``dtensor_full_recompute_drops`` and ``early_stop_drops``; the 6-of-7 GEMM recompute in
+``simgrid.model.early_stop``) follows what this prints; it is evidence for the row
 ``titan-70b-fsdp32-tp8``, whose torch (38410cf9, June 2025) is older than the torch installed here.
 """
 
