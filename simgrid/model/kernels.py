@@ -58,6 +58,14 @@ LOSS_BWD_BYTES_PER_LOGIT_EXTRA = 12
 #: (``grad_input.zero_()`` in aten/src/ATen/native/cuda/Loss.cu, write 4), log-softmax's backward sums the
 #: incoming gradient (read 4) then writes ``grad - exp(out) * sum`` (read 4 + 4, write 4), cast back (read 4).
 EAGER_LOSS_BWD_BYTES_PER_LOGIT_EXTRA = 24
+#: PyTorch's eager cross entropy launches 3 kernels forward: the ``.float()`` cast, ``log_softmax`` as ONE kernel
+#: (``host_softmax`` launches a single ``cunn_SoftMaxForward``, or ``cunn_SoftMaxForwardSmem`` when the row fits
+#: in shared memory, which computes the row max, the sum of exponentials and the output in one pass over
+#: blocks of rows: aten/src/ATen/native/cuda/SoftMax.cu), and ``nll_loss`` (one reduce kernel,
+#: aten/src/ATen/native/cuda/Loss.cu). The byte count above keeps the three reads of the unfused kernel (the
+#: shared-memory variant reads once, but only rows of up to ~12k fp32 logits fit in 48 KiB).
+#: Until session 10 this was 5 (max, exp and sum counted as separate kernels, as Megatron runs them).
+EAGER_LOSS_FWD_KERNELS = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,9 +127,10 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
         loss_bwd = LOSS_BWD_BYTES_PER_LOGIT_EXTRA if megatron else EAGER_LOSS_BWD_BYTES_PER_LOGIT_EXTRA
         fwd = 2 * hidden + logits * (d + loss_fwd) + extra[0]
         bwd = 3 * hidden + logits * (d + loss_bwd) + extra[1]
-        # norm, GEMM, cast, max, exp, sum, target gather (Megatron: + subtract, divide) / norm bwd, 2 GEMMs,
-        # subtract, cast (PyTorch: zero-fill, target scatter and log-softmax backward instead of the subtract)
-        fwd_k, bwd_k = (9, 5) if megatron else (7, 7)
+        # Megatron: norm, GEMM, cast, max, subtract, target gather, exp, sum, divide / norm bwd, 2 GEMMs,
+        # subtract, cast. PyTorch: norm, GEMM, cast, log_softmax, nll_loss / norm bwd, 2 GEMMs, zero-fill,
+        # target scatter, log-softmax backward, cast (EAGER_LOSS_FWD_KERNELS).
+        fwd_k, bwd_k = (9, 5) if megatron else (2 + EAGER_LOSS_FWD_KERNELS, 7)
         return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k + extra[2], bwd_kernels=bwd_k + extra[3],
                             gemm_mnk=(tokens, local_vocab(model, tp), h))
 
@@ -188,7 +197,10 @@ def _eager_extra(model: ModelSpec, layout: Layout, kind: str) -> tuple[int, int,
     elems = tokens * model.hidden_size // (tp if layout.sequence_parallel else 1)
     fwd = bwd = fwd_k = bwd_k = 0
     if model.norm == "rmsnorm" and layout.kernel_fusion == "eager":  # LayerNorm is one native kernel eagerly
-        fwd, bwd, fwd_k, bwd_k = (EAGER_RMSNORM_BYTES[0] - 4) * elems, (EAGER_RMSNORM_BYTES[1] - 6) * elems, 6, 10
+        # forward: x.float(), pow, mean, + eps, rsqrt, multiply, type_as, weight multiply = 8 launches, 7 more
+        # than a fused norm (torchtitan/models/norms.py RMSNorm._norm and forward at 528cab9 and 9dec370; HF's
+        # LlamaRMSNorm runs the same eight). Until session 10 the forward extra was 6.
+        fwd, bwd, fwd_k, bwd_k = (EAGER_RMSNORM_BYTES[0] - 4) * elems, (EAGER_RMSNORM_BYTES[1] - 6) * elems, 7, 10
     if kind == "head":
         return fwd, bwd, fwd_k, bwd_k
     full = tokens * model.hidden_size * d  # the projections' (all-gathered) input and its gradient
