@@ -7,7 +7,8 @@ Source: linkedin/Liger-Kernel's benchmark data (``benchmark/data/*.csv``), writt
 of ``triton.testing.do_bench`` (CUDA events around each call; do_bench clears the L2 cache between calls), in
 milliseconds. ``forward`` times the forward call, ``backward`` times ``y.backward(dy, retain_graph=True)`` on a
 built graph, ``full`` both. Megatron's cross-entropy script times its ``backward`` with the forward rerun, so it
-equals ``full`` and is left out.
+equals ``full`` and is left out; that script times a fixed loop with CUDA events (no L2 flush) and resets the
+logits' gradient each call.
 
 Files and commits (the rows were copied from these blobs by line; nothing is typed by hand):
 

@@ -66,6 +66,18 @@ EAGER_LOSS_BWD_BYTES_PER_LOGIT_EXTRA = 24
 #: shared-memory variant reads once, but only rows of up to ~12k fp32 logits fit in 48 KiB).
 #: Until session 10 this was 5 (max, exp and sum counted as separate kernels, as Megatron runs them).
 EAGER_LOSS_FWD_KERNELS = 3
+#: Launches of Megatron's unfused vocab-parallel cross entropy (megatron/core/tensor_parallel/cross_entropy.py,
+#: Megatron-LM HEAD d98e8a6 and r0.8 alike; v2.5's megatron/mpu/cross_entropy.py the same, its cast in the caller's ``output.float()``), collectives
+#: apart (they are communication ops). Forward 18: ``.float()``, ``max``, ``-= logits_max``, the target mask
+#: (``<``, ``>=``, ``|``), ``target.clone() - start`` (2), ``masked_target[target_mask] = 0``, ``arange``, the
+#: target gather, ``.clone()``, ``predicted_logits[target_mask] = 0``, ``exp``, ``sum``, ``log``,
+#: ``- predicted_logits``, ``div_``. A boolean mask set to a Python scalar is one ``masked_fill_`` (ATen's
+#: ``index_put_`` takes its ``canDispatchToMaskedFill`` path: no nonzero, no sync;
+#: aten/src/ATen/native/TensorAdvancedIndexing.cpp). Backward 8: ``target_mask.float()``, ``1.0 - ...``,
+#: ``arange``, ``grad_2d[arange, target] -= update`` (gather, subtract, index_put), ``mul_`` by the loss
+#: gradient, and autograd's cast of the fp32 gradient to the logits' dtype. Until session 10: 7 and 2, the
+#: passes over the logits only (their bytes are unchanged: the extra kernels touch token-sized tensors).
+MEGATRON_LOSS_KERNELS = (18, 8)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,10 +139,11 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
         loss_bwd = LOSS_BWD_BYTES_PER_LOGIT_EXTRA if megatron else EAGER_LOSS_BWD_BYTES_PER_LOGIT_EXTRA
         fwd = 2 * hidden + logits * (d + loss_fwd) + extra[0]
         bwd = 3 * hidden + logits * (d + loss_bwd) + extra[1]
-        # Megatron: norm, GEMM, cast, max, subtract, target gather, exp, sum, divide / norm bwd, 2 GEMMs,
-        # subtract, cast. PyTorch: norm, GEMM, cast, log_softmax, nll_loss / norm bwd, 2 GEMMs, zero-fill,
-        # target scatter, log-softmax backward, cast (EAGER_LOSS_FWD_KERNELS).
-        fwd_k, bwd_k = (9, 5) if megatron else (2 + EAGER_LOSS_FWD_KERNELS, 7)
+        # norm and GEMM / norm backward and 2 GEMMs, then the loss: Megatron's MEGATRON_LOSS_KERNELS; PyTorch's
+        # cast, log_softmax, nll_loss (EAGER_LOSS_FWD_KERNELS) / zero-fill, target scatter, log-softmax
+        # backward, cast.
+        loss_k = MEGATRON_LOSS_KERNELS if megatron else (EAGER_LOSS_FWD_KERNELS, 4)
+        fwd_k, bwd_k = 2 + loss_k[0], 3 + loss_k[1]
         return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k + extra[2], bwd_kernels=bwd_k + extra[3],
                             gemm_mnk=(tokens, local_vocab(model, tp), h))
 

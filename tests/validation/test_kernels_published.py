@@ -92,3 +92,17 @@ def test_report_and_doc_on_a_subset(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     written = doc.read_text()
     assert written.startswith("# Memory-bound kernels against published") and "## Sources" in written
     assert "benchmark/data/" in written
+
+
+def test_harness_adds_the_gradient_accumulation_of_the_cross_entropy_full_mode() -> None:
+    """The Liger cross-entropy script's full mode never resets the input gradient: 12 bytes per logit and one
+    launch more than the kernel's own traffic; other rows get nothing."""
+    bench = _load()
+    full = next(p for p in bench.POINTS if p.kernel == "cross_entropy" and p.mode == "full")
+    forward = next(p for p in bench.POINTS if p.kernel == "cross_entropy" and p.mode == "forward")
+    s = full.dims
+    assert bench.harness(full) == (12 * s["B"] * s["T"] * s["V"], 1)
+    assert bench.harness(forward) == (0.0, 0)
+    (row,) = bench.compare([full])
+    nbytes, launches = bench.traffic(full).pick("full")
+    assert (row.bytes, row.launches) == (nbytes + 12 * s["B"] * s["T"] * s["V"], launches + 1)
