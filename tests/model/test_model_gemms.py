@@ -107,7 +107,7 @@ def test_fused_accumulation_drops_the_separate_add_of_the_gemm_weights_only() ->
 
 
 def test_fusion_needs_megatron_main_grad() -> None:
-    with pytest.raises(LayoutError, match="grad_accumulation_fusion is Megatron-LM's .* zero = 3"):
+    with pytest.raises(LayoutError, match=r"grad_accumulation_fusion is Megatron-LM's .* zero = 3"):
         Layout(dp=8, zero=3, zero_impl="fsdp2", grad_accumulation_fusion=True)
     with pytest.raises(LayoutError, match="tp_impl = 'dtensor'"):
         Layout(tp=2, tp_impl="dtensor", grad_accumulation_fusion=True)
