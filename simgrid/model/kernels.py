@@ -58,6 +58,26 @@ LOSS_BWD_BYTES_PER_LOGIT_EXTRA = 12
 #: (``grad_input.zero_()`` in aten/src/ATen/native/cuda/Loss.cu, write 4), log-softmax's backward sums the
 #: incoming gradient (read 4) then writes ``grad - exp(out) * sum`` (read 4 + 4, write 4), cast back (read 4).
 EAGER_LOSS_BWD_BYTES_PER_LOGIT_EXTRA = 24
+#: PyTorch's eager cross entropy launches 3 kernels forward: the ``.float()`` cast, ``log_softmax`` as ONE kernel
+#: (``host_softmax`` launches a single ``cunn_SoftMaxForward``, or ``cunn_SoftMaxForwardSmem`` when the row fits
+#: in shared memory, which computes the row max, the sum of exponentials and the output in one pass over
+#: blocks of rows: aten/src/ATen/native/cuda/SoftMax.cu), and ``nll_loss`` (one reduce kernel,
+#: aten/src/ATen/native/cuda/Loss.cu). The byte count above keeps the three reads of the unfused kernel (the
+#: shared-memory variant reads once, but only rows of up to ~12k fp32 logits fit in 48 KiB).
+#: Until session 10 this was 5 (max, exp and sum counted as separate kernels, as Megatron runs them).
+EAGER_LOSS_FWD_KERNELS = 3
+#: Launches of Megatron's unfused vocab-parallel cross entropy (megatron/core/tensor_parallel/cross_entropy.py,
+#: Megatron-LM HEAD d98e8a6 and r0.8 alike; v2.5's megatron/mpu/cross_entropy.py the same, its cast in the caller's ``output.float()``), collectives
+#: apart (they are communication ops). Forward 18: ``.float()``, ``max``, ``-= logits_max``, the target mask
+#: (``<``, ``>=``, ``|``), ``target.clone() - start`` (2), ``masked_target[target_mask] = 0``, ``arange``, the
+#: target gather, ``.clone()``, ``predicted_logits[target_mask] = 0``, ``exp``, ``sum``, ``log``,
+#: ``- predicted_logits``, ``div_``. A boolean mask set to a Python scalar is one ``masked_fill_`` (ATen's
+#: ``index_put_`` takes its ``canDispatchToMaskedFill`` path: no nonzero, no sync;
+#: aten/src/ATen/native/TensorAdvancedIndexing.cpp). Backward 8: ``target_mask.float()``, ``1.0 - ...``,
+#: ``arange``, ``grad_2d[arange, target] -= update`` (gather, subtract, index_put), ``mul_`` by the loss
+#: gradient, and autograd's cast of the fp32 gradient to the logits' dtype. Until session 10: 7 and 2, the
+#: passes over the logits only (their bytes are unchanged: the extra kernels touch token-sized tensors).
+MEGATRON_LOSS_KERNELS = (18, 8)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,9 +139,11 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
         loss_bwd = LOSS_BWD_BYTES_PER_LOGIT_EXTRA if megatron else EAGER_LOSS_BWD_BYTES_PER_LOGIT_EXTRA
         fwd = 2 * hidden + logits * (d + loss_fwd) + extra[0]
         bwd = 3 * hidden + logits * (d + loss_bwd) + extra[1]
-        # norm, GEMM, cast, max, exp, sum, target gather (Megatron: + subtract, divide) / norm bwd, 2 GEMMs,
-        # subtract, cast (PyTorch: zero-fill, target scatter and log-softmax backward instead of the subtract)
-        fwd_k, bwd_k = (9, 5) if megatron else (7, 7)
+        # norm and GEMM / norm backward and 2 GEMMs, then the loss: Megatron's MEGATRON_LOSS_KERNELS; PyTorch's
+        # cast, log_softmax, nll_loss (EAGER_LOSS_FWD_KERNELS) / zero-fill, target scatter, log-softmax
+        # backward, cast.
+        loss_k = MEGATRON_LOSS_KERNELS if megatron else (EAGER_LOSS_FWD_KERNELS, 4)
+        fwd_k, bwd_k = 2 + loss_k[0], 3 + loss_k[1]
         return BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k + extra[2], bwd_kernels=bwd_k + extra[3],
                             gemm_mnk=(tokens, local_vocab(model, tp), h))
 
@@ -188,7 +210,10 @@ def _eager_extra(model: ModelSpec, layout: Layout, kind: str) -> tuple[int, int,
     elems = tokens * model.hidden_size // (tp if layout.sequence_parallel else 1)
     fwd = bwd = fwd_k = bwd_k = 0
     if model.norm == "rmsnorm" and layout.kernel_fusion == "eager":  # LayerNorm is one native kernel eagerly
-        fwd, bwd, fwd_k, bwd_k = (EAGER_RMSNORM_BYTES[0] - 4) * elems, (EAGER_RMSNORM_BYTES[1] - 6) * elems, 6, 10
+        # forward: x.float(), pow, mean, + eps, rsqrt, multiply, type_as, weight multiply = 8 launches, 7 more
+        # than a fused norm (torchtitan/models/norms.py RMSNorm._norm and forward at 528cab9 and 9dec370; HF's
+        # LlamaRMSNorm runs the same eight). Until session 10 the forward extra was 6.
+        fwd, bwd, fwd_k, bwd_k = (EAGER_RMSNORM_BYTES[0] - 4) * elems, (EAGER_RMSNORM_BYTES[1] - 6) * elems, 7, 10
     if kind == "head":
         return fwd, bwd, fwd_k, bwd_k
     full = tokens * model.hidden_size * d  # the projections' (all-gathered) input and its gradient

@@ -24,8 +24,12 @@ def _head(**layout: object) -> tuple[int, int, int, int]:
 
 def test_megatron_and_pytorch_cross_entropy_differ_by_their_passes_over_the_logits() -> None:
     """Forward: Megatron's vocab-parallel cross entropy subtracts the row max in place (read 4 + write 4 per
-    logit) and normalises the softmax in place for its backward (read 4 + write 4): 16 bytes and 2 launches
-    more than PyTorch's log-softmax. Backward: PyTorch's nll_loss zero-fills the fp32 gradient (write 4) and
+    logit) and normalises the softmax in place for its backward (read 4 + write 4): 16 bytes more than PyTorch's
+    log-softmax; launches: Megatron's 18 forward kernels (cast, max, subtract, target mask 3, clone and shift 2,
+    masked fill, arange, gather, clone, masked fill, exp, sum, log, subtract, divide) against PyTorch's cast, one
+    log_softmax kernel and one nll_loss kernel (aten SoftMax.cu host_softmax, Loss.cu): 15 more; backward,
+    Megatron's 8 (mask cast, 1 - mask, arange, gather, subtract, index_put, scale, cast) against PyTorch's 4
+    (zero-fill, scatter, log-softmax backward, cast): 4 fewer for PyTorch. Backward: PyTorch's nll_loss zero-fills the fp32 gradient (write 4) and
     log-softmax's backward reads the gradient twice and the output once and writes (16) where Megatron
     subtracts and scales in place (8): 12 bytes and 2 launches more for PyTorch."""
     mb, tp = 2, 2
@@ -34,7 +38,7 @@ def test_megatron_and_pytorch_cross_entropy_differ_by_their_passes_over_the_logi
     eager = _head(micro_batch_size=mb, tp=tp, global_batch_size=mb, kernel_fusion="eager")
     assert fused[0] - eager[0] == 16 * logits
     assert eager[1] - fused[1] == 12 * logits
-    assert (fused[2] - eager[2], eager[3] - fused[3]) == (2, 2)
+    assert (fused[2] - eager[2], fused[3] - eager[3]) == (15, 4)
 
 
 def test_megatron_head_forward_counts_every_pass_over_the_fp32_logits() -> None:
@@ -103,3 +107,25 @@ def test_megatron_core_backward_extras_do_not_depend_on_the_softmax_kernel() -> 
     _, e_bwd, _, e_bwd_k = _core(precision="fp32", kernel_fusion="eager")
     assert e_bwd == 3 * S4 + 2 * C4 + drop
     assert e_bwd_k == 2 + 1 + 2 + 1 + 1
+
+
+def test_pytorch_cross_entropy_forward_is_cast_log_softmax_nll_loss() -> None:
+    """PyTorch eager head forward: norm (LayerNorm, one native kernel), the logits GEMM, then the .float() cast,
+    ONE log_softmax kernel (SoftMax.cu launches a single cunn_SoftMaxForward per call) and nll_loss: 5 launches;
+    the backward's 7 are the norm's, two GEMMs, zero-fill, target scatter, log-softmax backward and cast."""
+    _, _, fwd_k, bwd_k = _head(micro_batch_size=1, global_batch_size=1, kernel_fusion="eager")
+    assert (fwd_k, bwd_k) == (5, 7)
+
+
+def test_eager_rmsnorm_forward_launches_eight_kernels() -> None:
+    """torchtitan's (and HF's) eager RMSNorm forward: x.float(), pow, mean, + eps, rsqrt, multiply, type_as,
+    weight multiply = 8 launches, 7 more than a fused norm; the eager head adds exactly those to the fused head
+    less the loss's own difference."""
+    from dataclasses import replace
+
+    llama = replace(GPT, norm="rmsnorm", position="rope", gated_mlp=True, ffn_hidden_size=688)
+    head = next(b for b in range(10) if block_kind(llama, b)[0] == "head")
+    eager = block_kernels(llama, Layout(kernel_fusion="eager"), head).fwd_kernels
+    fused = block_kernels(llama, Layout(kernel_fusion="fused"), head).fwd_kernels
+    loss_difference = 18 - 3  # Megatron's loss kernels against PyTorch's cast, log_softmax and nll_loss
+    assert eager - fused == 7 - loss_difference
