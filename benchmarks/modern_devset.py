@@ -48,7 +48,8 @@ def dev_model(row: DevRow) -> ModelSpec:
 def dev_layout(row: DevRow) -> Layout:
     """The layout the row is simulated with (validated against the model); the row's ``zero_impl`` is passed on
     for ZeRO-3 rows (``Layout.zero_impl`` names ZeRO-3 implementations; a ZeRO-1 row's framework is recorded only),
-    its ``reduce_dtype`` for every row (fp32 with ZeRO 0-2 is Megatron's fp32 main_grad)."""
+    its ``reduce_dtype`` for every row (fp32 with ZeRO 0-2 is Megatron's fp32 main_grad); Megatron-Core rows
+    (``zero_impl = "megatron"``) take its buckets and its default gradient accumulation fusion."""
     schedule = "none" if row.pp == 1 else ("1f1b" if row.vpp == 1 else "interleaved-1f1b")
     layout = Layout(dp=row.dp, tp=row.tp, pp=row.pp, cp=row.cp, vpp=row.vpp, zero=row.zero,
                     micro_batch_size=row.micro_batch, global_batch_size=row.global_batch, schedule=schedule,
@@ -57,6 +58,8 @@ def dev_layout(row: DevRow) -> Layout:
                     reduce_dtype=row.reduce_dtype,  # type: ignore[arg-type]
                     zero_impl=row.zero_impl if row.zero == 3 and row.zero_impl else "deepspeed",  # type: ignore[arg-type]
                     bucket_policy="megatron" if row.zero_impl == "megatron" else "ddp",  # Megatron-Core's buckets
+                    # Megatron-Core's --gradient-accumulation-fusion is on by default (arguments.py line 1163, f2e5db4)
+                    grad_accumulation_fusion=row.zero_impl == "megatron",
                     flash_attention=row.flash_attention, attention_kernel=row.attention_kernel,  # type: ignore[arg-type]
                     kernel_fusion=row.kernel_fusion, precision=row.precision,  # type: ignore[arg-type]
                     cross_entropy=row.cross_entropy,  # type: ignore[arg-type]

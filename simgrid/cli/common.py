@@ -164,6 +164,9 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
         g.add_argument("--tp-async-grad-comm", action="store_true",
                        help="Megatron-LM's asynchronous TP backward communication: the column-parallel linear's "
                             "input-gradient all-reduce / reduce-scatter runs beside its weight-gradient GEMM")
+        g.add_argument("--grad-accumulation-fusion", action="store_true",
+                       help="Megatron-LM's gradient accumulation fusion (Megatron-Core's default): weight-gradient "
+                            "GEMMs accumulate into main_grad (their epilogue reads and writes it; needs --zero 0-2)")
         g.add_argument("--overlap-param-gather", action="store_true",
                        help="Megatron-Core --overlap-param-gather: ZeRO-1 all-gathers the updated parameters bucket "
                             "by bucket during the next step's forward instead of after the optimizer step "
@@ -369,6 +372,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         zero_impl=getattr(args, "zero_impl", "deepspeed"), reduce_dtype=getattr(args, "reduce_dtype", "param"),
         tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
         tp_async_grad_comm=getattr(args, "tp_async_grad_comm", False),
+        grad_accumulation_fusion=getattr(args, "grad_accumulation_fusion", False),
         overlap_param_gather=getattr(args, "overlap_param_gather", False),
         cross_entropy=getattr(args, "cross_entropy", "fused"), tp_impl=getattr(args, "tp_impl", "megatron"),
         optimizer_impl=getattr(args, "optimizer_impl", "fused"),

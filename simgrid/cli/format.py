@@ -51,6 +51,8 @@ def describe_layout(lay: Layout) -> str:
         parts.append("TP comm overlap")
     if lay.tp_async_grad_comm:
         parts.append("async TP grad comm")
+    if lay.grad_accumulation_fusion:
+        parts.append("wgrad accumulation fusion")
     if lay.overlap_param_gather:
         parts.append("param gather overlap")
     if lay.flash_attention:

@@ -85,8 +85,10 @@ def compute_time_s(op: Compute, gpu: GPUSpec, *, dtype: str, speed: float = 1.0,
             f"compute op {op.kind} (stage {op.stage}, micro-batch {op.microbatch}) has attention_flops = "
             f"{op.attention_flops} outside 0 .. flops = {op.flops}; the fused-attention FLOPs are part of flops"
         )
-    if op.gemms:
+    if op.gemms or op.accumulate_gemms:
         tensor = gemms_time_s(op.gemms, gpu, dtype=dtype)
+        if op.accumulate_gemms:
+            tensor += gemms_time_s(op.accumulate_gemms, gpu, dtype=dtype, accumulate_bytes=op.accumulate_bytes)
     else:
         tensor = gemm_time_s(op.flops - op.attention_flops, op.gemm_mnk, gpu, dtype=dtype)
     attention = fused_attention_time_s(op.attention_flops, gpu, dtype=dtype, direction=_direction(op),

@@ -35,6 +35,14 @@ work plus an fp32 partial-tile fixup rather than a whole wave. Which tiles are s
 default heuristic (:func:`stream_k_split`): none when the tail wave is at least half full, as in the published
 H100 measurement of a 2.67-wave GEMM, which runs at the data-parallel rate (benchmarks/gemm_published.py).
 
+A GEMM that accumulates into an existing buffer (beta = 1: Megatron-LM's gradient accumulation fusion, whose
+weight-gradient GEMM adds into ``main_grad``: ``wgrad_gemm_accum_fp32`` / ``_fp16`` in Megatron-Core's
+layers.py, Transformer Engine's ``accumulate=True, out=main_grad``) has an epilogue that reads the C tile and
+writes the D tile in the buffer's dtype: ``accumulate_bytes`` each, so ``d_out = 2 x accumulate_bytes`` in the
+formula above (8 bytes per element for an fp32 ``main_grad``, 4 for a 16-bit one, against 2 for a fresh 16-bit
+output): ``k0`` doubles or quadruples. cuBLAS's epilogue computes ``D = alpha AB + beta C`` (cuBLASLt
+``cublasLtMatmul``: C is read when beta != 0); nothing else of the kernel changes.
+
 A profile without a tile (``matmul.tile_m = 0``) or without ``sm_count`` keeps the legacy rule:
 ``flops / (peak * efficiency(min(m, n, k)))``.
 """
@@ -91,41 +99,47 @@ class _TileModel(NamedTuple):
     tile_n: int
     d_in: int
     d_out: int
+    """Bytes the epilogue moves per output element: the output's width, or C read + D written when accumulating."""
     stream_k: bool = False
     """Whether the library has stream-K kernels for this GPU."""
 
 
-def gemm_shape_time_s(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str, count: int = 1) -> float:
+def gemm_shape_time_s(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str, count: int = 1,
+                      accumulate_bytes: int = 0) -> float:
     """Seconds of ``count`` GEMMs of shape ``(m x k) @ (k x n)`` launched one after another (each fills its own
-    waves; a batched GEMM is listed as one GEMM stacked along ``m``, :mod:`simgrid.model.gemms`)."""
+    waves; a batched GEMM is listed as one GEMM stacked along ``m``, :mod:`simgrid.model.gemms`).
+    ``accumulate_bytes > 0``: each accumulates into a buffer of that element width (its epilogue reads C and
+    writes D: module docstring); the legacy rule (no tile) has no epilogue term and ignores it."""
     _check_shape(m, n, k, count)
+    if accumulate_bytes < 0:
+        raise SimgridError(f"accumulate_bytes = {accumulate_bytes} must be >= 0 (0: a fresh output)")
     if min(m, n, k, count) == 0:
         return 0.0
     if not uses_tile_model(gpu):
         flops = 2.0 * m * n * k * count
         return flops / (gpu.peak_flops(dtype) * gpu.matmul.efficiency(m, n, k) * gpu.sustained_clock_fraction)
-    return count * _tile_time(m, n, k, _tile_model(gpu, dtype))
+    return count * _tile_time(m, n, k, _tile_model(gpu, dtype, accumulate_bytes))
 
 
-_MODELS: dict[tuple[int, str], tuple[GPUSpec, _TileModel]] = {}
-"""Tile model per ``(id(gpu), dtype)``. Each entry keeps its GPUSpec alive, so the id cannot be reused by
+_MODELS: dict[tuple[int, str, int], tuple[GPUSpec, _TileModel]] = {}
+"""Tile model per ``(id(gpu), dtype, accumulate_bytes)``. Each entry keeps its GPUSpec alive, so the id cannot be reused by
 another object while the entry exists, and the lookup checks identity before trusting it. Keyed by id, not by
 the spec itself: hashing a GPUSpec hashes every field (its attention tables included) on every call."""
 _MODELS_MAX = 256
 """Entries kept before the cache is emptied (a sweep builds a handful of GPUs; this only bounds memory)."""
 
 
-def _tile_model(gpu: GPUSpec, dtype: str) -> _TileModel:
-    """The figures :func:`_tile_time` reads for ``gpu`` and ``dtype``, built once per (GPU object, dtype):
-    a training lowering or a sweep prices thousands of GEMMs on the same spec."""
-    key = (id(gpu), dtype)
+def _tile_model(gpu: GPUSpec, dtype: str, accumulate_bytes: int = 0) -> _TileModel:
+    """The figures :func:`_tile_time` reads for ``gpu`` and ``dtype``, built once per (GPU object, dtype,
+    accumulation): a training lowering or a sweep prices thousands of GEMMs on the same spec."""
+    key = (id(gpu), dtype, accumulate_bytes)
     hit = _MODELS.get(key)
     if hit is not None and hit[0] is gpu:
         return hit[1]
     assert gpu.sm_count is not None  # uses_tile_model checked it
     model = _TileModel(sustained_tensor_flops(gpu, dtype), hbm_bytes_per_s(gpu), gpu.peak_flops(dtype), gpu.sm_count,
-                       gpu.matmul.tile_m, gpu.matmul.tile_n, DTYPE_BYTES.get(dtype, 2), output_bytes(dtype),
-                       gpu.matmul.stream_k)
+                       gpu.matmul.tile_m, gpu.matmul.tile_n, DTYPE_BYTES.get(dtype, 2),
+                       2 * accumulate_bytes if accumulate_bytes else output_bytes(dtype), gpu.matmul.stream_k)
     if len(_MODELS) >= _MODELS_MAX:
         _MODELS.clear()
     _MODELS[key] = (gpu, model)
@@ -268,6 +282,9 @@ def gemm_efficiency(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str) -> floa
     return 2.0 * m * n * k / (gpu.peak_flops(dtype) * gemm_shape_time_s(m, n, k, gpu, dtype=dtype))
 
 
-def gemms_time_s(gemms: tuple[tuple[int, int, int, int], ...], gpu: GPUSpec, *, dtype: str) -> float:
-    """Seconds of a list of ``(m, n, k, count)`` GEMMs run one after another on one stream."""
-    return sum(gemm_shape_time_s(m, n, k, gpu, dtype=dtype, count=c) for m, n, k, c in gemms)
+def gemms_time_s(gemms: tuple[tuple[int, int, int, int], ...], gpu: GPUSpec, *, dtype: str,
+                 accumulate_bytes: int = 0) -> float:
+    """Seconds of a list of ``(m, n, k, count)`` GEMMs run one after another on one stream (each accumulating into
+    an ``accumulate_bytes``-wide buffer when that is > 0)."""
+    return sum(gemm_shape_time_s(m, n, k, gpu, dtype=dtype, count=c, accumulate_bytes=accumulate_bytes)
+               for m, n, k, c in gemms)

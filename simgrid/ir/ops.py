@@ -88,6 +88,14 @@ class Compute:
     """Every matrix multiply of the op as ``(m, n, k, count)``: ``count`` GEMMs of an ``(m x k) @ (k x n)``
     product launched one after another (a batched GEMM is one GEMM stacked along ``m``), whose ``2 m n k count`` FLOPs sum to ``flops - attention_flops``; the
     cost model prices each by its shape. Empty: one GEMM of shape ``gemm_mnk`` stands for all of them."""
+    accumulate_gemms: tuple[tuple[int, int, int, int], ...] = ()
+    """Matrix multiplies of the op, in the form of ``gemms`` and not repeated there, that accumulate into an existing
+    buffer (beta = 1: Megatron-LM's weight-gradient GEMMs into ``main_grad`` under gradient accumulation fusion):
+    their epilogue reads C and writes D, ``accumulate_bytes`` each per element. Their FLOPs count with
+    ``gemms``' toward ``flops - attention_flops``."""
+    accumulate_bytes: int = 0
+    """Bytes per element of the buffer ``accumulate_gemms`` read and write (4: fp32 ``main_grad``, 2: 16-bit);
+    0 when there are none."""
     attention_shape: tuple[int, int, int] = (0, 0, 0)
     """``(query tokens, key tokens, head dim)`` per sequence of the fused attention core, for the GPU
     profile's attention-speed table; zeros when the op has no fused core."""

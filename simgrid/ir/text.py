@@ -17,7 +17,8 @@ floats with ``repr`` (so ``parse_op(format_op(op)) == op`` exactly, int/float ty
 is a plain integer parses as ``int``). Strings are written bare unless empty, containing whitespace or
 non-printable characters, or a ``"``; then they are JSON-quoted (``label="a b"``).
 Structured fields: ``key=SRC>DST:DIR:MB``, ``blocks=START:END``, ``gemm=MxNxK``, ``attnshape=SQxSKVxD``
-and ``gemms=MxNxKxCOUNT,...`` (every matrix multiply of a compute op).
+and ``gemms=MxNxKxCOUNT,...`` (every matrix multiply of a compute op; ``accgemms=`` those that accumulate into
+an ``acc=BYTES``-wide buffer).
 """
 
 from __future__ import annotations
@@ -237,6 +238,8 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
         _f("attn", "attention_flops", _NUM, 0.0),
         _f("kernels", "kernels", _INT, 1),
         _f("gemms", "gemms", _GEMMS, ()),
+        _f("accgemms", "accumulate_gemms", _GEMMS, ()),
+        _f("acc", "accumulate_bytes", _INT, 0),
         _f("attnshape", "attention_shape", _GEMM, (0, 0, 0)),
         _f("device", "device", _choice(("gpu", "cpu")), "gpu"),
         _f("host", "host_s", _NUM, 0.0),

@@ -202,9 +202,16 @@ def _check_compute(
                     "attention FLOPs are a part of the op's flops")
     if op.kernels < 0 or any(x < 0 for x in op.gemm_mnk) or any(x < 0 for x in op.attention_shape):
         problems.at(rank, index, op, "kernels, gemm and attnshape sizes must be >= 0")
-    if op.gemms:
-        gemm_flops = sum(2.0 * m * n * k * c for m, n, k, c in op.gemms)
-        if any(x <= 0 for g in op.gemms for x in g):
+    if op.accumulate_gemms and op.accumulate_bytes not in (2, 4):
+        problems.at(rank, index, op, f"acc = {op.accumulate_bytes!r}: accgemms accumulate into a 16-bit (acc=2) or "
+                    "fp32 (acc=4) buffer")
+    elif op.accumulate_bytes and not op.accumulate_gemms:
+        problems.at(rank, index, op, f"acc = {op.accumulate_bytes!r} without accgemms: list the accumulating GEMMs "
+                    "or drop acc=")
+    if op.gemms or op.accumulate_gemms:
+        listed = op.gemms + op.accumulate_gemms
+        gemm_flops = sum(2.0 * m * n * k * c for m, n, k, c in listed)
+        if any(x <= 0 for g in listed for x in g):
             problems.at(rank, index, op, "every gemms entry needs M, N, K and COUNT >= 1")
         elif not math.isclose(gemm_flops, op.flops - op.attention_flops, rel_tol=1e-6):
             problems.at(rank, index, op, f"gemms add up to {gemm_flops!r} FLOPs but flops - attn = "

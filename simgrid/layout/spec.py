@@ -167,6 +167,13 @@ class Layout:
     and, with sequence parallelism, its input re-gather beside its input-gradient GEMM
     (:mod:`simgrid.schedules.lower.tp_async`); False waits for each next to its GEMM. A no-op at tp = 1 (as in
     Megatron-LM); not with tp_comm_overlap, whose Transformer Engine ``bulk`` overlap already does this."""
+    grad_accumulation_fusion: bool = False
+    """Megatron-LM's gradient accumulation fusion (``--gradient-accumulation-fusion``, on by default in Megatron-Core,
+    megatron/training/arguments.py line 1163 at f2e5db4; Transformer Engine's ``fuse_wgrad_accumulation``): each
+    weight-gradient GEMM accumulates into the parameter's ``main_grad`` (beta = 1: its epilogue reads C and writes
+    D in main_grad's dtype, fp32 under ``reduce_dtype = "fp32"``, else the parameter dtype) instead of writing a
+    fresh 16-bit gradient that a separate kernel then adds (:func:`simgrid.model.gemms.wgrad_accumulate_bytes`).
+    Needs zero 0-2 (ZeRO-3 / FSDP2 have no ``main_grad``) and tp_impl ``megatron``."""
     tp_impl: TPImpl = "megatron"
     """Whose tensor parallelism, by its activation layout: ``megatron`` keeps activations ``[s, b, h]``, so the
     sequence-parallel all-gathers and reduce-scatters work on dim 0 with no copy (Megatron-LM); ``dtensor`` is
@@ -207,7 +214,7 @@ class Layout:
         _choice("tp_impl", self.tp_impl, TP_IMPLS)
         _choice("checkpoint_impl", self.checkpoint_impl, CHECKPOINT_IMPLS)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
-                     "tp_comm_overlap", "overlap_param_gather", "tp_async_grad_comm"):
+                     "tp_comm_overlap", "overlap_param_gather", "tp_async_grad_comm", "grad_accumulation_fusion"):
             if not isinstance(getattr(self, flag), bool):
                 raise LayoutError(f"layout: {flag} = {getattr(self, flag)!r} must be true or false")
         if isinstance(self.bucket_size_MB, bool) or not isinstance(self.bucket_size_MB, int | float):
@@ -329,6 +336,12 @@ class Layout:
             if getattr(self, megatron_only) and self.tp_impl != "megatron":
                 raise LayoutError(f"layout: {megatron_only} is Megatron's tensor-parallel overlap, but tp_impl = "
                                   f"{self.tp_impl!r}; use tp_impl 'megatron' or turn {megatron_only} off")
+        if self.grad_accumulation_fusion and (self.zero == 3 or self.tp_impl != "megatron"):
+            raise LayoutError(
+                f"layout: grad_accumulation_fusion is Megatron-LM's weight-gradient accumulation into main_grad, but "
+                f"zero = {self.zero} and tp_impl = {self.tp_impl!r}; use zero 0-2 with tp_impl 'megatron', or turn "
+                f"grad_accumulation_fusion off (FSDP2 / ZeRO-3 write fresh gradients)"
+            )
         if self.reduce_dtype == "fp32" and self.zero == 3 and self.zero_impl != "fsdp2":
             raise LayoutError(
                 f"layout: reduce_dtype 'fp32' with zero 3 is FSDP2's MixedPrecisionPolicy setting, but zero_impl = "

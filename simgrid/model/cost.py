@@ -31,7 +31,10 @@ the weight-gradient GEMM's own 16-bit output: Megatron-LM adds it into ``main_gr
 in its DDP hook: read 2 + read 2 + write 2 in fp16) or, with gradient-accumulation fusion, has the GEMM read
 and write the fp32 ``main_grad`` (8 instead of 2); PyTorch autograd accumulates ``grad += new`` from the
 second micro-batch (read 2 + 2, write 2) and FSDP2 casts the gradient to its fp32 reduce dtype before the
-reduce-scatter (read 2, write 4). Each is 6 bytes per parameter."""
+reduce-scatter (read 2, write 4). Each is 6 bytes per parameter. Under gradient accumulation fusion
+(``Layout.grad_accumulation_fusion``) the parameters of the weight-gradient GEMMs pay none of it: their GEMM
+epilogue reads and writes ``main_grad`` instead (``BlockCost.wgrad_accumulate_bytes``, priced by
+:mod:`simgrid.costs.gemm`); only the others (norms, biases, embedding) keep it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +87,9 @@ class BlockCost:
     """Input-gradient (I) matrix multiplies."""
     bwd_weight_gemms: tuple[Gemm, ...] = ()
     """Weight-gradient (W) matrix multiplies."""
+    wgrad_accumulate_bytes: int = 0
+    """Bytes per element of the ``main_grad`` the weight-gradient GEMMs accumulate into (read and write each;
+    :func:`simgrid.model.gemms.wgrad_accumulate_bytes`); 0: they write a fresh gradient."""
     recompute_gemms: tuple[Gemm, ...] = ()
     """Matrix multiplies the recompute forward reruns (same rule as ``recompute_flops``)."""
     attention_shape: tuple[int, int, int] = (0, 0, 0)
@@ -134,6 +140,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         fwd_gemms=gemms.fwd,
         bwd_input_gemms=gemms.bwd_input,
         bwd_weight_gemms=gemms.bwd_weight,
+        wgrad_accumulate_bytes=gemms.wgrad_accumulate_bytes,
         recompute_gemms=rerun.gemms,
         attention_shape=shape,
         gemms_known=gemms.known,
@@ -145,7 +152,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         bwd_weight_flops=flops.bwd_weight,
         recompute_flops=rerun.flops,
         fwd_hbm_bytes=kernels.fwd_hbm_bytes,
-        bwd_hbm_bytes=kernels.bwd_hbm_bytes + GRAD_ACCUM_BYTES_PER_PARAM * params,
+        bwd_hbm_bytes=kernels.bwd_hbm_bytes + GRAD_ACCUM_BYTES_PER_PARAM * _separately_accumulated(params, gemms),
         fwd_kernels=kernels.fwd_kernels,
         bwd_kernels=kernels.bwd_kernels,
         gemm_mnk=kernels.gemm_mnk,
@@ -158,6 +165,14 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         expert_param_count=expert_params_on_rank(model, layout, block),
         ep_comm=moe_collectives(model, layout, block),
     )
+
+
+def _separately_accumulated(params: int, gemms: BlockGemms) -> int:
+    """Parameters whose gradient a separate kernel lands in its buffer: all of them, or under gradient
+    accumulation fusion those no weight-gradient GEMM accumulates itself (its ``m x n`` output is the weight)."""
+    if not gemms.wgrad_accumulate_bytes:
+        return params
+    return max(0, params - sum(m * n * count for m, n, _, count in gemms.bwd_weight))
 
 
 class _Rerun(NamedTuple):

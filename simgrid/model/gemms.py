@@ -20,6 +20,11 @@ after another, so an op that merges equal GEMMs of several layers costs what the
 dimension ``d``, or an ``s x s`` input read from HBM), which the GEMM cost model charges by shape. A fused
 (FlashAttention) core has no GEMM here: its FLOPs are priced by the attention-kernel table.
 
+Under Megatron-LM's gradient accumulation fusion (``Layout.grad_accumulation_fusion``) the weight-gradient
+GEMMs do not write a fresh gradient: they accumulate into ``main_grad`` (beta = 1), so their epilogue reads and
+writes a ``main_grad`` element (:func:`wgrad_accumulate_bytes` each way; ``BlockGemms.wgrad_accumulate_bytes``,
+priced by :mod:`simgrid.costs.gemm`).
+
 The FLOPs of every list sum exactly to :func:`simgrid.model.flops.block_flops` (a test checks it).
 """
 
@@ -50,9 +55,32 @@ class BlockGemms:
     """Weight-gradient backward (W)."""
     core_fwd: tuple[Gemm, ...] = ()
     """The unfused attention core's forward GEMMs (what selective recompute reruns)."""
+    wgrad_accumulate_bytes: int = 0
+    """Bytes per element of the ``main_grad`` buffer the weight-gradient GEMMs accumulate into (their epilogue
+    reads C and writes D, this many bytes each); 0: they write a fresh output in the compute dtype."""
     known: bool = True
     """False when the block's GEMMs are not listed (a MoE sub-block's grouped expert GEMMs): the ops that
     contain it are priced at one representative shape instead."""
+
+
+MAIN_GRAD_FP32_BYTES = 4
+"""Bytes of an fp32 ``main_grad`` element."""
+MAIN_GRAD_16BIT_BYTES = 2
+"""Bytes of a 16-bit ``main_grad`` element (Megatron-LM keeps the parameter dtype without fp32 accumulation)."""
+
+
+def wgrad_accumulate_bytes(layout: Layout) -> int:
+    """Bytes per ``main_grad`` element the weight-gradient GEMMs read and write (each) when they accumulate into it,
+    0 when they write a fresh gradient. Megatron-Core (f2e5db4) allocates ``main_grad`` in fp32 when
+    ``accumulate_allreduce_grads_in_fp32`` (forced for bf16; ``reduce_dtype = "fp32"`` here), else in the
+    parameter dtype (megatron/core/distributed/distributed_data_parallel.py line 108), and its fused wgrad GEMM
+    accumulates into either (megatron/core/tensor_parallel/layers.py lines 490-500: ``wgrad_gemm_accum_fp32`` /
+    ``wgrad_gemm_accum_fp16``; Transformer Engine's linear passes ``out=main_grad``, ``accumulate=True``,
+    ``out_dtype=main_grad.dtype``)."""
+    if not layout.grad_accumulation_fusion:
+        return 0
+    fp32 = layout.reduce_dtype == "fp32" or layout.precision == "fp32"
+    return MAIN_GRAD_FP32_BYTES if fp32 else MAIN_GRAD_16BIT_BYTES
 
 
 def _linear(tokens: int, h_in: int, h_out: int) -> tuple[Gemm, Gemm, Gemm]:
@@ -76,13 +104,14 @@ def _kind_gemms(model: ModelSpec, layout: Layout, kind: str, moe: bool) -> Block
         return BlockGemms(fwd=(), bwd_input=(), bwd_weight=())
     if moe:  # router, grouped experts and shared expert: not listed shape by shape
         return BlockGemms(fwd=(), bwd_input=(), bwd_weight=(), known=False)
+    acc = wgrad_accumulate_bytes(layout)
     if kind == "head":
         f, i, w = _linear(tokens, h, local_vocab(model, tp))
-        return BlockGemms(fwd=(f,), bwd_input=(i,), bwd_weight=(w,))
+        return BlockGemms(fwd=(f,), bwd_input=(i,), bwd_weight=(w,), wgrad_accumulate_bytes=acc)
     if kind == "mlp":
         f1, i1, w1 = _linear(tokens, h, mlp_in_width(model, tp))
         f2, i2, w2 = _linear(tokens, model.ffn_size // tp, h)
-        return BlockGemms(fwd=(f1, f2), bwd_input=(i2, i1), bwd_weight=(w2, w1))
+        return BlockGemms(fwd=(f1, f2), bwd_input=(i2, i1), bwd_weight=(w2, w1), wgrad_accumulate_bytes=acc)
     fq, iq, wq = _linear(tokens, h, qkv_width(model, tp))
     fo, io, wo = _linear(tokens, h // tp, h)
     core: tuple[Gemm, ...] = ()
@@ -93,4 +122,5 @@ def _kind_gemms(model: ModelSpec, layout: Layout, kind: str, moe: bool) -> Block
         q_rows, kv_rows = heads * s_q, heads * s_kv  # every (sequence, head) member stacked along m
         core = ((q_rows, s_kv, d, 1), (q_rows, d, s_kv, 1))
         core_bwd = ((kv_rows, d, s_q, 1), (q_rows, s_kv, d, 1), (q_rows, d, s_kv, 1), (kv_rows, d, s_q, 1))
-    return BlockGemms(fwd=(fq, *core, fo), bwd_input=(io, *core_bwd, iq), bwd_weight=(wo, wq), core_fwd=core)
+    return BlockGemms(fwd=(fq, *core, fo), bwd_input=(io, *core_bwd, iq), bwd_weight=(wo, wq), core_fwd=core,
+                      wgrad_accumulate_bytes=acc)

@@ -372,3 +372,56 @@ def test_tile_model_cache_is_per_gpu_object_and_dtype() -> None:
     both = dataclasses.replace(fast, peak_tflops={"bf16": 100.0, "fp16": 50.0})
     assert gemm_shape_time_s(256, 256, 4096, both, dtype="fp16") == pytest.approx(by_hand(2, 4096, rate=50e12))
     assert gemm_shape_time_s(256, 256, 4096, both, dtype="bf16") == pytest.approx(by_hand(2, 4096))
+
+
+# -- accumulation into an existing buffer (beta = 1: gradient accumulation fusion into main_grad) -------------
+@pytest.mark.parametrize(("accumulate_bytes", "epilogue_bytes"), [(4, 8), (2, 4)])
+def test_an_accumulating_epilogue_reads_c_and_writes_d(accumulate_bytes: int, epilogue_bytes: int) -> None:
+    """Two full waves of 64 x 128 tiles whose epilogue reads C and writes D in main_grad's dtype: 4 + 4 bytes per
+    element for fp32, 2 + 2 for 16-bit, instead of the fresh bf16 output's 2. By hand, per wave:
+    2 a b k / (R / sms) + a b (read + write) / (B / sms)."""
+    gpu = tiny_gpu()
+    a, b, k, sms, rate, bandwidth = 64, 128, 4096, 4, 100e12, 10_000e9
+    per_wave = 2 * a * b * k / (rate / sms) + a * b * epilogue_bytes / (bandwidth / sms)
+    got = gemm_shape_time_s(256, 256, k, gpu, dtype="bf16", accumulate_bytes=accumulate_bytes)
+    assert got == pytest.approx(2 * per_wave)
+    assert gemm_shape_time_s(256, 256, k, gpu, dtype="bf16") == pytest.approx(by_hand(2, k))  # fresh: unchanged
+
+
+@pytest.mark.parametrize(("accumulate_bytes", "k0"), [(4, 40.0), (2, 20.0)])
+def test_accumulation_moves_k0_by_the_epilogue_bytes(accumulate_bytes: int, k0: float) -> None:
+    """Full waves: efficiency k / (k + k0) with k0 = (read + write) R / (2 B): 8 x 100e12 / (2 x 10_000e9) = 40 for
+    an fp32 main_grad, 4 x ... = 20 for a 16-bit one (10 for a fresh bf16 output)."""
+    gpu = tiny_gpu()
+    for k in (64, 1024, 4096):
+        seconds = gemm_shape_time_s(256, 256, k, gpu, dtype="bf16", accumulate_bytes=accumulate_bytes)
+        assert 2 * 256 * 256 * k / (100e12 * seconds) == pytest.approx(k / (k + k0))
+
+
+def test_an_accumulating_skinny_gemm_reads_and_writes_its_output_at_the_memory_ceiling() -> None:
+    """The memory ceiling counts C read and D written (fp32: 8 bytes per output element) besides A and B."""
+    gpu = tiny_gpu(sms=32, hbm_GBps=1000.0)
+    m, n, k = 64, 4096, 4096
+    bytes_moved = (m * k + k * n) * 2 + m * n * (4 + 4)
+    assert gemm_shape_time_s(m, n, k, gpu, dtype="bf16", accumulate_bytes=4) == pytest.approx(bytes_moved / 1000e9)
+
+
+def test_accumulation_on_h100_costs_what_its_extra_epilogue_bytes_cost() -> None:
+    """A Megatron-Core wgrad GEMM of the 1.7b row (h = 2304, qkv 6912 at tp 1, k = 4096 tokens) on the shipped
+    H100: accumulating into fp32 costs more than into fp16, which costs more than a fresh output; the gaps are
+    at most the extra epilogue bytes (6 and 2 per element) at the achievable HBM bandwidth (fewer when a
+    smaller tile or split-K becomes the cheaper kernel)."""
+    gpu = load_gpu("h100-sxm")
+    m, n, k = 2304, 6912, 4096
+    fresh = gemm_shape_time_s(m, n, k, gpu, dtype="fp16")
+    half = gemm_shape_time_s(m, n, k, gpu, dtype="fp16", accumulate_bytes=2)
+    full = gemm_shape_time_s(m, n, k, gpu, dtype="fp16", accumulate_bytes=4)
+    bandwidth = gpu.hbm_bandwidth_GBps * 1e9 * gpu.hbm_efficiency
+    assert fresh < half < full
+    assert half - fresh <= m * n * 2 / bandwidth * 1.0001
+    assert full - fresh <= m * n * 6 / bandwidth * 1.0001
+
+
+def test_a_negative_accumulate_width_is_refused() -> None:
+    with pytest.raises(SimgridError, match="accumulate_bytes = -2 must be >= 0"):
+        gemm_shape_time_s(256, 256, 64, tiny_gpu(), dtype="bf16", accumulate_bytes=-2)

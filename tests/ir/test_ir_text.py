@@ -71,6 +71,15 @@ def test_gemm_list_and_attention_shape_round_trip() -> None:
         parse_op("F stage=0 mb=0 chunk=0 blocks=1:2 flops=1.0 hbm=0.0 gemms=4x5x6")
 
 
+def test_accumulating_gemms_round_trip() -> None:
+    """A weight-gradient op under gradient accumulation fusion: its accumulating GEMMs and main_grad width."""
+    w = Compute(kind="W", stage=0, microbatch=0, chunk=0, block_start=1, block_end=2, flops=2.0 * 4 * 5 * 6,
+                hbm_bytes=0.0, accumulate_gemms=((4, 5, 6, 1),), accumulate_bytes=4)
+    line = format_op(w)
+    assert "accgemms=4x5x6x1" in line and "acc=4" in line and " gemms=" not in line
+    assert parse_op(line) == w
+
+
 def test_strings_with_spaces_are_json_quoted() -> None:
     """A label with a space is quoted so the line still splits into key=value tokens."""
     op = Collective(kind="barrier", group="world", bytes=0, purpose="sync", handle="b 0", label='say "hi"')

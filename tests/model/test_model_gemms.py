@@ -1,15 +1,18 @@
-"""GEMM lists per sub-block: their FLOPs equal the block's FLOPs, and their shapes follow the layout."""
+"""GEMM lists per sub-block: their FLOPs equal the block's FLOPs, their shapes follow the layout, and under
+gradient accumulation fusion the weight-gradient lists accumulate into main_grad."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
 
+from simgrid.errors import LayoutError
 from simgrid.layout import Layout
 from simgrid.model import block_cost, get_model
 from simgrid.model.blocks import num_model_blocks
-from simgrid.model.gemms import block_gemms
+from simgrid.model.gemms import block_gemms, wgrad_accumulate_bytes
 
 
 def flops_of(gemms: tuple[tuple[int, int, int, int], ...]) -> float:
@@ -61,3 +64,52 @@ def test_context_parallel_core_attends_local_queries_to_all_keys() -> None:
     """cp 2: the rank's 1024 of 2048 queries meet all 2048 keys (shape (s/cp, s, d))."""
     model = get_model("llama2-7b")
     assert block_cost(model, Layout(cp=2, flash_attention=True), 1).attention_shape == (2048, 4096, 128)
+
+
+# -- gradient accumulation fusion: the weight-gradient GEMMs accumulate into main_grad --------------------------
+MEGATRON_FP16 = Layout(tp=2, sequence_parallel=True, zero=1, precision="fp16", grad_accumulation_fusion=True)
+"""Megatron-Core as the megatron-h100 rows run it: fp16, so main_grad keeps the 16-bit parameter dtype."""
+
+
+@pytest.mark.parametrize(("layout", "width"), [
+    (MEGATRON_FP16, 2),
+    (Layout(precision="bf16", reduce_dtype="fp32", grad_accumulation_fusion=True), 4),  # bf16: fp32 main_grad
+    (Layout(precision="fp32", grad_accumulation_fusion=True), 4),
+    (Layout(precision="fp16"), 0),  # no fusion: a fresh gradient (Megatron-LM 2021/2022 fp16, SC'21, Korthikanti)
+    (Layout(dp=8, zero=3, zero_impl="fsdp2", reduce_dtype="fp32"), 0),  # FSDP2: autograd writes fresh gradients
+])
+def test_main_grad_width_follows_precision_and_reduce_dtype(layout: Layout, width: int) -> None:
+    assert wgrad_accumulate_bytes(layout) == width
+
+
+def test_weight_gradient_gemms_carry_the_accumulation_and_the_others_do_not() -> None:
+    """Under fusion only the W lists are marked; the shapes of every list are those of the unfused layout."""
+    model = get_model("megatron-1.7b")
+    plain = dataclasses.replace(MEGATRON_FP16, grad_accumulation_fusion=False)
+    for block in range(num_model_blocks(model)):
+        fused, fresh = block_gemms(model, MEGATRON_FP16, block), block_gemms(model, plain, block)
+        assert (fused.fwd, fused.bwd_input, fused.bwd_weight) == (fresh.fwd, fresh.bwd_input, fresh.bwd_weight)
+        assert fresh.wgrad_accumulate_bytes == 0
+        assert fused.wgrad_accumulate_bytes == (2 if fused.bwd_weight else 0)
+
+
+def test_fused_accumulation_drops_the_separate_add_of_the_gemm_weights_only() -> None:
+    """megatron-1.7b's MLP block at tp 2 (h = 2304, ffn = 9216): its two weight matrices hold 2 x 2304 x 9216 / 2
+    parameters, whose separate 6-byte add (read grad 2 + read main_grad 2 + write 2) is gone under fusion; its
+    biases and norm keep it."""
+    model = get_model("megatron-1.7b")
+    plain = dataclasses.replace(MEGATRON_FP16, grad_accumulation_fusion=False)
+    mlp = 2  # blocks: embed, attn, mlp, ...
+    gemm_weights = 2 * 2304 * 9216 // 2
+    fused, fresh = block_cost(model, MEGATRON_FP16, mlp), block_cost(model, plain, mlp)
+    assert fresh.bwd_hbm_bytes - fused.bwd_hbm_bytes == 6 * gemm_weights
+    assert fused.wgrad_accumulate_bytes == 2 and fresh.wgrad_accumulate_bytes == 0
+
+
+def test_fusion_needs_megatron_main_grad() -> None:
+    with pytest.raises(LayoutError, match=r"grad_accumulation_fusion is Megatron-LM's .* zero = 3"):
+        Layout(dp=8, zero=3, zero_impl="fsdp2", grad_accumulation_fusion=True)
+    with pytest.raises(LayoutError, match="tp_impl = 'dtensor'"):
+        Layout(tp=2, tp_impl="dtensor", grad_accumulation_fusion=True)
+    with pytest.raises(LayoutError, match="grad_accumulation_fusion = 1 must be true or false"):
+        Layout(grad_accumulation_fusion=1)  # type: ignore[arg-type]

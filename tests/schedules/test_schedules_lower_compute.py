@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from schedule_helpers import TINY, context, flat
 
 from simgrid.errors import ScheduleError
 from simgrid.ir.ops import Compute
+from simgrid.ir.validate import validate_program
+from simgrid.layout.spec import Layout
 from simgrid.model import block_cost
+from simgrid.schedules import build_program
 from simgrid.schedules.lower.compute import add_recompute, compute_steps
 from simgrid.schedules.lower.context import LoweringContext
 
@@ -163,3 +168,50 @@ def test_stage_and_block_granularity_agree_under_recompute(recompute: str) -> No
     stage = simulate(TINY, cluster, layout, granularity="stage").metrics.step_time_s
     block = simulate(TINY, cluster, layout, granularity="block").metrics.step_time_s
     assert stage == pytest.approx(block, rel=1e-9)
+
+
+# -- gradient accumulation fusion: W GEMMs go to accumulate_gemms, in every pass that builds compute ops -------
+_FUSION_LAYOUTS = [
+    ("block", {}),
+    ("stage", {"pp": 2, "global_batch_size": 4}),
+    ("block", {"pp": 2, "schedule": "zb-h1", "global_batch_size": 4}),  # split backward: separate W ops
+    ("block", {"tp": 2, "sequence_parallel": True, "tp_comm_overlap": True}),  # TE chunked overlap pass
+    ("stage", {"tp": 2, "sequence_parallel": True, "tp_comm_overlap": True}),
+    ("block", {"tp": 2, "sequence_parallel": True, "tp_async_grad_comm": True}),  # async TP backward pass
+    ("block", {"tp": 2, "dp": 2, "zero": 1, "recompute": "full"}),
+]
+
+
+def _gemm_flops(gemms: tuple[tuple[int, int, int, int], ...]) -> float:
+    return sum(2.0 * m * n * k * c for m, n, k, c in gemms)
+
+
+@pytest.mark.parametrize(("granularity", "layout"), _FUSION_LAYOUTS)
+def test_fusion_moves_exactly_the_weight_gradient_gemms_into_accumulate_gemms(
+        granularity: str, layout: dict[str, object]) -> None:
+    """Under fusion (fp16: 2-byte main_grad) only B and W ops accumulate, the accumulating FLOPs are the
+    backward's weight-gradient FLOPs (summed from block_cost), every op keeps its FLOPs, and the program validates;
+    without fusion nothing accumulates."""
+    fused_layout = Layout(precision="fp16", grad_accumulation_fusion=True, **layout)  # type: ignore[arg-type]
+    plain_layout = dataclasses.replace(fused_layout, grad_accumulation_fusion=False)
+    fused = build_program(TINY, fused_layout, granularity=granularity)  # type: ignore[arg-type]
+    plain = build_program(TINY, plain_layout, granularity=granularity)  # type: ignore[arg-type]
+    validate_program(fused)
+    ops = [o for o in fused.ranks[0] if isinstance(o, Compute) and o.device == "gpu"]
+    assert all(not o.accumulate_gemms and o.accumulate_bytes == 0 for o in ops if o.kind not in ("B", "W"))
+    assert all(o.accumulate_bytes == 2 for o in ops if o.accumulate_gemms)
+    blocks = {b for o in ops if o.kind == "F" for b in range(o.block_start, o.block_end)}  # rank 0's sub-blocks
+    expected = fused_layout.num_microbatches * sum(block_cost(TINY, fused_layout, b).bwd_weight_flops for b in blocks)
+    got = sum(_gemm_flops(o.accumulate_gemms) for o in ops)
+    assert expected > 0 and got == pytest.approx(expected)
+    before = [o for o in plain.ranks[0] if isinstance(o, Compute) and o.device == "gpu"]
+    assert not any(o.accumulate_gemms for o in before)
+    assert sum(o.flops for o in ops) == pytest.approx(sum(o.flops for o in before))
+    assert sum(_gemm_flops(o.gemms + o.accumulate_gemms) for o in ops) == pytest.approx(
+        sum(_gemm_flops(o.gemms) for o in before))
+
+
+def test_fsdp2_programs_accumulate_nothing() -> None:
+    """FSDP2 (zero 3): autograd writes fresh gradients; no op accumulates into a buffer."""
+    program = build_program(TINY, Layout(dp=2, zero=3, zero_impl="fsdp2", reduce_dtype="fp32", global_batch_size=4))
+    assert not any(isinstance(o, Compute) and (o.accumulate_gemms or o.accumulate_bytes) for o in program.ranks[0])

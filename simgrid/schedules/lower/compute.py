@@ -46,7 +46,16 @@ def _block_numbers(c: BlockCost, kind: str) -> tuple[float, float, int, float, t
     return part, c.bwd_hbm_bytes * ratio, max(1, round(c.bwd_kernels * ratio)), fused, (gemms,)
 
 
-_UnitNumbers = tuple[float, float, int, tuple[int, int, int], float, tuple[Gemm, ...], tuple[int, int, int]]
+def weight_list_index(c: BlockCost, kind: str) -> int | None:
+    """Which of :func:`_block_numbers`' GEMM lists accumulates into ``main_grad`` (the weight-gradient list of a
+    B or W under gradient accumulation fusion, ``BlockCost.wgrad_accumulate_bytes``), or None."""
+    if not c.wgrad_accumulate_bytes:
+        return None
+    return 1 if kind == "B" else 0 if kind == "W" else None
+
+
+_UnitNumbers = tuple[float, float, int, tuple[int, int, int], float, tuple[Gemm, ...], tuple[int, int, int],
+                     tuple[Gemm, ...], int]
 
 
 def _merge(gemms: dict[tuple[int, int, int], int]) -> tuple[Gemm, ...]:
@@ -65,8 +74,8 @@ def _merged(lists: tuple[tuple[Gemm, ...], ...]) -> tuple[Gemm, ...]:
 
 
 def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _UnitNumbers:
-    """(flops, hbm_bytes, kernels, dominant gemm, fused-attention flops, GEMMs, attention shape) of blocks
-    [start, end), cached: equal for every micro-batch."""
+    """(flops, hbm_bytes, kernels, dominant gemm, fused-attention flops, GEMMs, attention shape, accumulating
+    GEMMs, their buffer's bytes per element) of blocks [start, end), cached: equal for every micro-batch."""
     cache = ctx.memo["compute"]
     key = (kind, start, end)
     found: _UnitNumbers | None = cache.get(key)
@@ -76,8 +85,12 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
         c = ctx.cost(start)
         f, b, k, a, lists = _block_numbers(c, kind)
         listed = c.gemms_known or f == a
+        w = weight_list_index(c, kind)
+        acc = _merged((lists[w],)) if listed and w is not None else ()
+        if w is not None:
+            lists = lists[:w] + lists[w + 1:]
         found = (float(f), float(b), max(1, k), c.gemm_mnk, float(a), _merged(lists) if listed else (),
-                 c.attention_shape if a > 0 else (0, 0, 0))
+                 c.attention_shape if a > 0 else (0, 0, 0), acc, c.wgrad_accumulate_bytes if acc else 0)
         cache[key] = found
         return found
     flops = hbm = fused = 0.0
@@ -87,6 +100,8 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
     # lists are counted by identity and merged once each.
     lists_seen: dict[int, tuple[Gemm, ...]] = {}
     times: dict[int, int] = {}
+    accumulating: set[int] = set()  # identities of the weight-gradient lists that accumulate into main_grad
+    acc_bytes = 0
     listed = True
     attention_shape = (0, 0, 0)
     for block in range(start, end):
@@ -95,8 +110,12 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
             continue  # a block that recomputes nothing gets no R at block granularity either (add_recompute)
         f, b, k, a, lists = _block_numbers(c, kind)
         flops, hbm, kernels, fused = flops + f, hbm + b, kernels + k, fused + a
-        for gemms in lists:
+        w = weight_list_index(c, kind)
+        for index, gemms in enumerate(lists):
             ident = id(gemms)
+            if index == w and gemms:
+                accumulating.add(ident)
+                acc_bytes = c.wgrad_accumulate_bytes
             if ident in times:
                 times[ident] += 1
             else:
@@ -107,23 +126,27 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
         if f > dominant_flops:
             dominant, dominant_flops = c.gemm_mnk, f
     shapes: dict[tuple[int, int, int], int] = {}
+    acc_shapes: dict[tuple[int, int, int], int] = {}
     if listed:
         for ident, gemms in lists_seen.items():
             repeat = times[ident]
+            into = acc_shapes if ident in accumulating else shapes
             for m, n, k_dim, count in gemms:
-                shapes[(m, n, k_dim)] = shapes.get((m, n, k_dim), 0) + count * repeat
+                into[(m, n, k_dim)] = into.get((m, n, k_dim), 0) + count * repeat
     # An op holding a block whose GEMMs are not listed (MoE) lists none: one representative shape prices it.
     found = cache[key] = (float(flops), float(hbm), max(1, kernels), dominant, float(fused),
-                          _merge(shapes) if listed else (), attention_shape)
+                          _merge(shapes) if listed else (), attention_shape,
+                          _merge(acc_shapes) if listed else (), acc_bytes if listed and acc_shapes else 0)
     return found
 
 
 def compute_op(ctx: LoweringContext, kind: str, stage: int, microbatch: int, start: int, end: int) -> Compute:
     """One compute op of ``kind`` over blocks ``[start, end)`` of ``stage`` with summed costs."""
-    flops, hbm, kernels, gemm, fused, gemms, shape = _unit_numbers(ctx, kind, start, end)
+    flops, hbm, kernels, gemm, fused, gemms, shape, acc_gemms, acc_bytes = _unit_numbers(ctx, kind, start, end)
     return Compute(kind=kind, stage=stage, microbatch=microbatch, chunk=ctx.chunk_of(stage),  # type: ignore[arg-type]
                    block_start=start, block_end=end, flops=flops, hbm_bytes=hbm, gemm_mnk=gemm, kernels=kernels,
-                   attention_flops=fused, gemms=gemms, attention_shape=shape)
+                   attention_flops=fused, gemms=gemms, attention_shape=shape, accumulate_gemms=acc_gemms,
+                   accumulate_bytes=acc_bytes)
 
 
 def cut_at(ctx: LoweringContext, op: Compute, cuts: Iterable[int]) -> list[Compute]:

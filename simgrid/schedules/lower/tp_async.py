@@ -92,16 +92,16 @@ def _async_backward(ctx: LoweringContext, op: Compute, group: str, block: int, l
         else:  # the row-parallel linear's output-gradient all-gather: synchronous, before the backward
             b.wait(b.issue(coll.kind, coll.bytes))
     column = (dgrad,) if wgrad is None else (dgrad, wgrad)
-    rest_gemms = inputs[:-1] + weights[:-1]
     shape = c.attention_shape if fused > 0 else (0, 0, 0)
-    b.compute(max(0.0, flops - _flops(column)), hbm, kernels - len(column), rest_gemms, fused, shape)
+    b.compute(max(0.0, flops - _flops(column)), hbm, kernels - len(column), inputs[:-1], fused, shape,
+              accumulate=weights[:-1])
     handle = b.issue(regather.kind, regather.bytes) if regather is not None else None
     b.gemm(dgrad)
     if handle is not None:
         b.wait(handle)
     handle = b.issue(input_grad.kind, input_grad.bytes) if input_grad is not None else None
     if wgrad is not None:
-        b.gemm(wgrad)
+        b.gemm(wgrad, weight=True)
     if handle is not None:
         b.wait(handle)
     return b.ops

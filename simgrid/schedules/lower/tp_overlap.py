@@ -47,7 +47,7 @@ from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.model.blocks import block_kind
 from simgrid.model.cost import BlockCost
-from simgrid.model.gemms import Gemm
+from simgrid.model.gemms import Gemm, wgrad_accumulate_bytes
 from simgrid.model.moe import is_moe_block
 from simgrid.schedules.lower.compute import _block_numbers, compute_op
 from simgrid.schedules.lower.context import LoweringContext, Role
@@ -92,23 +92,34 @@ class _Builder:
         self.ctx, self.op, self.group, self.prefix, self.label, self.layers = ctx, op, group, prefix, label, layers
         self.ops: list[Op] = []
         self.serial = 0
+        self.accumulate_bytes = wgrad_accumulate_bytes(ctx.layout)
 
     def compute(self, flops: float, hbm: float, kernels: int, gemms: tuple[Gemm, ...], attention_flops: float = 0.0,
-                attention_shape: tuple[int, int, int] = (0, 0, 0)) -> None:
+                attention_shape: tuple[int, int, int] = (0, 0, 0), accumulate: tuple[Gemm, ...] = ()) -> None:
+        """One compute op; ``accumulate``: weight-gradient GEMMs that add into ``main_grad`` (gradient
+        accumulation fusion), not repeated in ``gemms``."""
         if flops <= 0 and hbm <= 0:
             return
         op = self.op
         folded = tuple((m, n, k, count * self.layers) for m, n, k, count in gemms)
+        acc = tuple((m, n, k, count * self.layers) for m, n, k, count in accumulate) if self.accumulate_bytes else ()
+        if accumulate and not acc:
+            folded += tuple((m, n, k, count * self.layers) for m, n, k, count in accumulate)
+        first = gemms or accumulate
         self.ops.append(Compute(kind=op.kind, stage=op.stage, microbatch=op.microbatch, chunk=op.chunk,
                                 block_start=op.block_start, block_end=op.block_end, flops=flops * self.layers,
-                                hbm_bytes=hbm * self.layers, gemm_mnk=gemms[0][:3] if gemms else (0, 0, 0),
+                                hbm_bytes=hbm * self.layers, gemm_mnk=first[0][:3] if first else (0, 0, 0),
                                 kernels=max(1, kernels) * self.layers, attention_flops=attention_flops * self.layers,
-                                gemms=folded, attention_shape=attention_shape))
+                                gemms=folded, attention_shape=attention_shape, accumulate_gemms=acc,
+                                accumulate_bytes=self.accumulate_bytes if acc else 0))
 
-    def gemm(self, gemm: Gemm, rows: int | None = None) -> None:
+    def gemm(self, gemm: Gemm, rows: int | None = None, *, weight: bool = False) -> None:
+        """One GEMM (``rows`` of its ``m``); ``weight``: a weight-gradient GEMM (accumulates into ``main_grad``
+        under gradient accumulation fusion)."""
         m, n, k, count = gemm
         rows = m if rows is None else rows
-        self.compute(2.0 * rows * n * k * count, 0.0, count, ((rows, n, k, count),))
+        one = ((rows, n, k, count),)
+        self.compute(2.0 * rows * n * k * count, 0.0, count, () if weight else one, accumulate=one if weight else ())
 
     def issue(self, kind: str, nbytes: float) -> str:
         handle = f"{self.prefix}{self.serial}"
@@ -140,10 +151,10 @@ class _Builder:
         for handle in handles:
             self.wait(handle)
 
-    def bulk(self, kind: str, nbytes: int, gemm: Gemm) -> None:
-        """One whole collective beside one whole GEMM."""
+    def bulk(self, kind: str, nbytes: int, gemm: Gemm, *, weight: bool = False) -> None:
+        """One whole collective beside one whole GEMM (``weight``: a weight-gradient GEMM)."""
         handle = self.issue(kind, nbytes)
-        self.gemm(gemm)
+        self.gemm(gemm, weight=weight)
         self.wait(handle)
 
 
@@ -174,14 +185,14 @@ def _pipeline(ctx: LoweringContext, op: Compute, group: str, block: int, layers:
     weights = lists[1] if op.kind == "B" else ()
     b.ring_gathered(first, _comm_bytes(c, "bwd", "output-grad"))
     if weights:
-        b.gemm(weights[0])  # the output projection's weight gradient follows its input gradient
+        b.gemm(weights[0], weight=True)  # the output projection's weight gradient follows its input gradient
     b.compute(flops - _flops((first, last, *weights)), hbm, kernels - 2 - len(weights), middle, fused, shape)
     if regathered_by_recompute(ctx, block):
         b.gemm(last)  # the recompute already gathered this input (tensor_parallel.regathered_by_recompute)
     else:
         b.bulk("all_gather", _comm_bytes(c, "bwd", REGATHER), last)
     if weights:
-        b.bulk("reduce_scatter", _comm_bytes(c, "bwd", "input-grad"), weights[-1])
+        b.bulk("reduce_scatter", _comm_bytes(c, "bwd", "input-grad"), weights[-1], weight=True)
     else:
         b.wait(b.issue("reduce_scatter", _comm_bytes(c, "bwd", "input-grad")))
     return b.ops
