@@ -16,7 +16,6 @@ point is printed. On a profile with stream-K the data-parallel-only error is pri
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import sys
@@ -27,6 +26,7 @@ from simgrid.costs import gemm_shape_time_s
 from simgrid.hardware import GPUSpec, load_gpu
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the data module lives beside this script
+import published_doc_cli
 from gemm_published_data import CLASSES, POINTS, GemmPoint, shape_class
 
 REPO = Path(__file__).resolve().parents[1]
@@ -156,16 +156,7 @@ circular), `variant` (the source omits SXM/PCIe/NVL), `not-comparable` (printed 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-write", action="store_true", help="print only; do not rewrite docs/gemm_validation.md")
-    args = parser.parse_args(argv)
-    rows = compare()
-    text = report(rows)
-    print(text)
-    if not args.skip_write:
-        DOC.write_text(DOC_HEAD + text + "\n\n## Sources\n\n" + sources(rows) + "\n")
-        print(f"\nwrote {DOC.relative_to(REPO)}")
-    return 0
+    return published_doc_cli.run(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ more than half its modelled time.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import statistics
 import sys
@@ -51,6 +50,7 @@ from simgrid.model.kernels import _eager_extra, block_kernels
 from simgrid.model.spec import ModelSpec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the data module lives beside this script
+import published_doc_cli
 from kernels_published_data import POINTS, KernelPoint
 
 REPO = Path(__file__).resolve().parents[1]
@@ -333,16 +333,7 @@ def sources(rows: Sequence[Row]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--skip-write", action="store_true", help="print only; do not rewrite docs/kernel_validation.md")
-    args = parser.parse_args(argv)
-    rows = compare()
-    text = report(rows)
-    print(text)
-    if not args.skip_write:
-        DOC.write_text(DOC_HEAD + text + "\n\n## Sources\n\n" + sources(rows) + "\n")
-        print(f"\nwrote {DOC.relative_to(REPO)}")
-    return 0
+    return published_doc_cli.run(sys.modules[__name__], argv)
 
 
 if __name__ == "__main__":
