@@ -63,17 +63,24 @@ class Skipped(NamedTuple):
 NOTHING = Skipped(False, 0, 0)
 
 
-def skipped_by_early_stop(model: ModelSpec, layout: Layout, block: int, kernels: BlockKernels) -> Skipped:
-    """What ``layout.checkpoint_impl`` leaves out of sub-block ``block``'s full recompute (``kernels``: its
-    :func:`simgrid.model.kernels.block_kernels`); :data:`NOTHING` for a reentrant checkpoint, another
-    recompute policy, the embedding, the head and MoE sub-blocks."""
+def skips_last_gemm(model: ModelSpec, layout: Layout, block: int) -> bool:
+    """Whether ``layout.checkpoint_impl``'s early stop leaves sub-block ``block``'s last forward GEMM (and the
+    tensor-parallel collective of its output) out of its full recompute: the MLP under a whole-block
+    non-reentrant checkpoint, both sub-blocks when the modules are checkpointed apart; never for a reentrant
+    checkpoint, another recompute policy, the embedding, the head and MoE sub-blocks."""
     kind, _ = block_kind(model, block)
     if (layout.recompute != "full" or layout.checkpoint_impl == "reentrant" or kind not in ("attn", "mlp")
             or is_moe_block(model, block)):
+        return False
+    return kind == "mlp" or layout.checkpoint_impl == "non-reentrant-modules"
+
+
+def skipped_by_early_stop(model: ModelSpec, layout: Layout, block: int, kernels: BlockKernels) -> Skipped:
+    """What ``layout.checkpoint_impl`` leaves out of sub-block ``block``'s full recompute (``kernels``: its
+    :func:`simgrid.model.kernels.block_kernels`); :data:`NOTHING` where :func:`skips_last_gemm` is false."""
+    if not skips_last_gemm(model, layout, block):
         return NOTHING
     residual = (kernels.residual_fwd_hbm_bytes, 1)
     if layout.checkpoint_impl == "non-reentrant":
-        if kind == "attn":
-            return NOTHING
         return Skipped(True, residual[0], residual[1] + 1)
     return Skipped(True, residual[0] + kernels.norm_fwd_hbm_bytes, residual[1] + kernels.norm_fwd_kernels + 1)

@@ -34,8 +34,7 @@ from collections.abc import Callable
 from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.model.blocks import block_kind
-from simgrid.model.early_stop import skipped_by_early_stop
-from simgrid.model.kernels import block_kernels
+from simgrid.model.early_stop import skips_last_gemm
 from simgrid.schedules.lower.context import LoweringContext, Role
 from simgrid.schedules.lower.dtensor_copies import copies_dtensor, with_copies
 
@@ -80,9 +79,9 @@ def dtensor_full_recompute_drops(ctx: LoweringContext, block: int, kind: str, la
 def early_stop_drops(ctx: LoweringContext, block: int, kind: str, label: str) -> bool:
     """Whether ``block``'s output collective (``output``: reduce-scatter, or all-reduce without sequence
     parallelism) is left out of its recompute (``kind`` R): a non-reentrant checkpoint stops before the GEMM
-    that feeds it (:func:`simgrid.model.early_stop.skipped_by_early_stop`)."""
-    return kind == "R" and label == "output" and ctx.cost(block).recompute_flops > 0 and skipped_by_early_stop(
-        ctx.model, ctx.layout, block, block_kernels(ctx.model, ctx.layout, block)).last_gemm
+    that feeds it (:func:`simgrid.model.early_stop.skips_last_gemm`)."""
+    return (kind == "R" and label == "output" and ctx.cost(block).recompute_flops > 0
+            and skips_last_gemm(ctx.model, ctx.layout, block))
 
 
 def comm_phase(ctx: LoweringContext, op: Compute) -> str | None:
