@@ -238,6 +238,13 @@ def _eager_extra(model: ModelSpec, layout: Layout, kind: str) -> tuple[int, int,
             qk = tokens * (heads_q + heads_kv) * model.head_dim
             extra = (EAGER_ROPE_BYTES - 4) * qk
             fwd, bwd, fwd_k, bwd_k = fwd + extra, bwd + extra, fwd_k + 4, bwd_k + 4
+        if heads_q > heads_kv:
+            # GQA: repeat_kv's expand + reshape copies K and V out to every query head before SDPA (torchtitan
+            # models/llama/model.py at 528cab9 lines 112-120 and 195-196, 9dec370 lines 116 and 201-202; one
+            # copy each, read the kv heads, write the query heads); its backward, expand's sum over the
+            # repeats, reads the query-head gradients and writes the kv-head ones: one reduction each.
+            rep = 2 * tokens * model.head_dim * (heads_q + heads_kv) * d
+            fwd, bwd, fwd_k, bwd_k = fwd + rep, bwd + rep, fwd_k + 2, bwd_k + 2
         return fwd, bwd, fwd_k, bwd_k
     if model.gated_mlp:
         inner = tokens * (model.ffn_size // tp) * d

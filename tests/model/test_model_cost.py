@@ -198,14 +198,16 @@ def test_invalid_layout_for_model_is_rejected() -> None:
 def test_eager_kernels_move_the_bytes_torchtitans_llama_code_moves() -> None:
     """PyTorch eager (torchtitan's Llama): the fp32 RMSNorm chain (36 bytes per element forward against a
     fused kernel's 4), complex rotary (20 per Q/K element against 4), SiLU-then-multiply (5F against 3F),
-    the attention output copy; a fused RMSNorm keeps only the norm's fused cost. Forward bytes by hand."""
+    the attention output copy, GQA's repeat_kv copy of K and V to every query head (read 8 kv heads, write 32,
+    each); a fused RMSNorm keeps only the norm's fused cost. Forward bytes by hand."""
     m = get_model("llama3-8b")
     layout = Layout(micro_batch_size=1, flash_attention=True)
     T, h, d = m.seq_length, m.hidden_size, 2
     fused = block_cost(m, layout, 1).fwd_hbm_bytes
     eager = block_cost(m, dataclasses.replace(layout, kernel_fusion="eager"), 1).fwd_hbm_bytes
     qk = T * (m.num_heads + m.kv_heads) * m.head_dim
-    assert eager - fused == (36 - 4) * T * h + 2 * T * m.num_heads * m.head_dim * d + (20 - 4) * qk
+    repeat_kv = 2 * qk * d
+    assert eager - fused == (36 - 4) * T * h + 2 * T * m.num_heads * m.head_dim * d + (20 - 4) * qk + repeat_kv
     norm_fused = block_cost(m, dataclasses.replace(layout, kernel_fusion="eager-fused-norm"), 1).fwd_hbm_bytes
     assert eager - norm_fused == (36 - 4) * T * h
     mlp_fused = block_cost(m, layout, 2).fwd_hbm_bytes

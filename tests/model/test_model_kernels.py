@@ -129,3 +129,29 @@ def test_eager_rmsnorm_forward_launches_eight_kernels() -> None:
     fused = block_kernels(llama, Layout(kernel_fusion="fused"), head).fwd_kernels
     loss_difference = 18 - 3  # Megatron's loss kernels against PyTorch's cast, log_softmax and nll_loss
     assert eager - fused == 7 - loss_difference
+
+
+def test_eager_gqa_attention_pays_repeat_kv_copy_and_its_reduction() -> None:
+    """torchtitan's eager attention (528cab9 / 9dec370 models/llama/model.py): beyond the output transpose copy
+    (2 x out) and the fp32 rotary (16 bytes per Q and K element), GQA adds repeat_kv: per K and V one copy
+    reading the kv heads and writing the query heads forward, and expand's backward sum doing the reverse:
+    2 x tokens x head_dim x (hq + hkv) x 2 bytes each way, 2 launches each way. Multi-head attention (n_rep 1,
+    repeat_kv returns its input) pays none of it. 4 query heads of 64, 1 kv head, 512 tokens, bf16."""
+    from dataclasses import replace
+
+    mha = replace(GPT, norm="rmsnorm", position="rope", gated_mlp=True, ffn_hidden_size=688)
+    gqa = replace(mha, num_kv_heads=1)
+    tokens, hd, d = 512, 64, 2
+    for model, hkv in ((mha, 4), (gqa, 1)):
+        attn = next(b for b in range(10) if block_kind(model, b)[0] == "attn")
+        eager = block_kernels(model, Layout(kernel_fusion="eager-fused-norm"), attn)
+        fused = block_kernels(model, Layout(kernel_fusion="fused"), attn)
+        out = tokens * 4 * hd * d
+        rope = 16 * tokens * (4 + hkv) * hd
+        repeat = 2 * tokens * hd * (4 + hkv) * d if hkv < 4 else 0
+        assert eager.fwd_hbm_bytes - fused.fwd_hbm_bytes == 2 * out + rope + repeat
+        full = tokens * 256 * d  # the three input-gradient sums of the separate Q, K, V GEMMs
+        assert eager.bwd_hbm_bytes - fused.bwd_hbm_bytes == 2 * out + 6 * full + rope + repeat
+        launches = 2 if repeat else 0
+        assert eager.fwd_kernels - fused.fwd_kernels == 1 + 4 + launches
+        assert eager.bwd_kernels - fused.bwd_kernels == 3 + 4 + launches
