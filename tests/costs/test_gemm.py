@@ -458,3 +458,17 @@ def test_a_compute_op_prices_its_gemms_by_its_stream_count() -> None:
         assert together == pytest.approx(
             gemm_shape_time_s(1536, 896, 7168, gpu, dtype="fp16", accumulate_bytes=acc) / 3, rel=1e-12)
         assert together < alone
+
+
+def test_concurrent_chunks_never_cost_more_than_alone() -> None:
+    """A 64 x 256 chunk is 2 tiles: alone it splits K in two and fills the 4 SMs in one wave; three stacked are 6
+    tiles, 2 waves of the whole K (a third of which is more than the split chunk's time), so the chunk keeps its
+    alone price. Two stacked are 4 tiles, one full wave without the split-K reduction: cheaper than alone."""
+    gpu = tiny_gpu()
+    shape = (64, 256, 1024, 1)
+    alone = gemms_time_s((shape,), gpu, dtype="bf16")
+    assert gemm_shape_time_s(192, 256, 1024, gpu, dtype="bf16") / 3 > alone  # what the min guards against
+    assert gemms_time_s((shape,), gpu, dtype="bf16", streams=3) == alone
+    assert gemms_time_s((shape,), gpu, dtype="bf16", streams=2) == pytest.approx(
+        gemm_shape_time_s(128, 256, 1024, gpu, dtype="bf16") / 2, rel=1e-12)
+    assert gemms_time_s((shape,), gpu, dtype="bf16", streams=2) < alone

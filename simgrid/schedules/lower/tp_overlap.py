@@ -19,12 +19,15 @@ methods and their defaults are TE's ``initialize_ub`` (transformer_engine/pytorc
   that input gradient runs whole beside the weight-gradient GEMM (``qkv_wgrad``).
 
 In the IR each chunk is a :class:`~simgrid.ir.ops.Compute` op of its own (one GEMM of ``m / splits`` rows,
-priced by the GPU model at its own shape, so small chunks lose efficiency as they do on the GPU), each
+priced by the GPU model at its own shape, so small chunks lose efficiency as they do on the GPU; TE issues the
+chunks round-robin on ``min(3, splits)`` compute streams with no dependency between them, so each carries
+``gemm_streams`` = that many and is priced as its share of the stacked GEMM: :data:`UB_STREAMS`), each
 ring step a ``ring_exchange`` :class:`~simgrid.ir.ops.Collective` and each pipelined piece a
 ``reduce_scatter`` of ``bytes / 4``, with WAITs where the next chunk needs the data. The engine then finds
 the overlap itself: comm on the group's stream concurrent with compute, compute slowed while comm is in
-flight by what runs it (:mod:`simgrid.engine.overlap`: the SM-based reduce-scatters by ``comm_compute_slowdown``,
-the copy-engine ring steps by ``copy_engine_compute_slowdown``), and the first/last chunk exposed. No discount factor is applied anywhere.
+flight by what runs it (:mod:`simgrid.engine.overlap`: the pipelined and bulk collectives are userbuffers kernels,
+``kernel="userbuffers"``, on TE's 16 SMs, :data:`simgrid.costs.compute.USERBUFFERS_NUM_SM`; the copy-engine ring
+steps by ``copy_engine_compute_slowdown``), and the first/last chunk exposed. No discount factor is applied anywhere.
 
 Only the attention and dense-MLP sub-blocks overlap: TE's userbuffers cover its own ``LayerNormLinear`` /
 ``Linear`` layers; the embedding and the vocabulary head are Megatron's own parallel layers, and MoE
