@@ -456,10 +456,13 @@ EXCLUDED: tuple[Excluded, ...] = (
              reason="checkpointing every other block is neither 'none' nor 'full' in the simulator"),
     Excluded(source="NeMo performance_summary.md (NeMo 24.07-25.04) and Megatron-Bridge performance-summary "
                     "(25.09-26.08), DGX-H100", rows="every dense Llama / GPT-3 / Nemotron pre-training row",
-             reason="fp8 precision (FP8, FP8-CS, FP8-MX); the H100 BF16 rows there are MoE (GPT-OSS), which the "
-                    "simulator does not model"),
+             reason="fp8 precision (FP8, FP8-CS, FP8-MX); the H100 BF16 rows there are GPT-OSS MoE models, whose "
+                    "alternating sliding-window attention with attention sinks ModelSpec does not express"),
     Excluded(source="NeMo AutoModel performance-summary, DGX-H100 BF16", rows="every MoE row and the LoRA rows",
-             reason="mixture-of-experts (no expert parallelism in the simulator); LoRA trains adapters only"),
+             reason="the MoE rows shard with FSDP2 (ZeRO-3), which Layout refuses for MoE models (ZeRO-0/1 only), "
+                    "and dispatch with DeepEP, which is not modelled (the simulator's dispatcher is NCCL all-to-all); "
+                    "DeepSeek V3 and Kimi K2 add MLA attention, GPT-OSS sliding-window attention, Nemotron V3 Mamba "
+                    "layers; LoRA trains adapters only"),
     Excluded(source="MLPerf Training GPT-3 175B (NVIDIA H100 submissions)", rows="all",
              reason="fp8 (Transformer Engine) in the submitters' configs"),
     Excluded(source="Megatron-LM README strong-scaling figure (GPT-3 175B, 96-4608 H100)", rows="all points",
