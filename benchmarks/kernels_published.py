@@ -293,7 +293,7 @@ def report(rows: Sequence[Row]) -> str:
     for r in largest:
         lines.append(f"| {r.point.kernel} | {r.point.provider} | {r.point.mode} | {r.point.gpu.removeprefix('NVIDIA ')} | "
                      f"{_shape(r.point)} | {r.error:+.1%} | {r.achieved_GBps / r.hbm_GBps:.2f} |")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n" + path_report(rows)
 
 
 def _largest(rows: Sequence[Row]) -> list[Row]:
@@ -305,6 +305,68 @@ def _largest(rows: Sequence[Row]) -> list[Row]:
         if key not in best or r.bytes > best[key].bytes:
             best[key] = r
     return list(best.values())
+
+
+#: Bytes per element (RMSNorm) or logit (cross entropy) of two eager forward chains, split by the launch path
+#: PyTorch's CUDA TensorIterator takes (read at pytorch/pytorch main; see docs/design.md "Eager kernel rates
+#: (session 11)"): ``vectorised``: every operand contiguous and of the lambda's dtype (CUDALoops.cuh
+#: ``gpu_kernel_impl_nocast`` -> ``launch_vectorized_kernel``), fp32 -> bf16 copies (Copy.cu
+#: ``bfloat16_copy_kernel_cuda``, ``gpu_kernel_nocast``) and reductions over the contiguous dim (Reduce.cuh
+#: ``vectorize_input``); ``other``: a broadcast (stride-0) or strided operand (``launch_legacy_kernel`` with an
+#: ``OffsetCalculator``, one scalar access per operand and element) or a dtype cast inside the kernel (bf16 ->
+#: fp32 copies and mixed-dtype binaries: ``needs_dynamic_casting`` -> the unrolled ``LoadWithCast`` kernel).
+#: HF ``LlamaRMSNorm`` as Liger's benchmark_rms_norm.py defines it (fp32 weight): pow 4+4, mean 4, ``.to(bf16)``
+#: 4+2 | ``.to(float32)`` 2+4, ``x * rsqrt(var)`` with var [M, 1] 4+4, fp32 weight [H] * bf16 -> fp32 2+4.
+#: Megatron-Core ``VocabParallelCrossEntropy`` (cross_entropy.py): max 4, exp 4+4, sum 4 | ``.float()`` 2+4,
+#: ``-= logits_max.unsqueeze(-1)`` 4+4, ``exp_logits.div_(sum.unsqueeze(-1))`` 4+4. (+ eps and rsqrt on [M, 1]
+#: and the token-sized target ops are left out: under 0.1% of the bytes at these shapes.)
+PATH_BYTES: dict[tuple[str, str, str], tuple[int, int]] = {
+    ("rms_norm", "huggingface", "forward"): (18, 20),
+    ("megatron_cross_entropy", "megatron-unfused", "forward"): (16, 22),
+}
+
+
+def _elements(p: KernelPoint) -> int:
+    s = p.dims
+    if p.kernel == "rms_norm":
+        return s["M"] * s["H"]
+    return s["B"] * s["S"] * s["V"] // s["TP"]
+
+
+def implied_other_rate(row: Row, gpu: GPUSpec) -> float | None:
+    """Share of the datasheet HBM bandwidth the ``other``-path bytes of ``row`` (:data:`PATH_BYTES`) would run at
+    if its ``vectorised`` bytes ran at the profile's ``hbm_efficiency`` and each launch cost
+    ``kernel_overhead_us``: ``other / (measured - vectorised at the streaming rate - launches) / datasheet``.
+    None when the chain has no split here or nothing is left for the other path."""
+    p = row.point
+    split = PATH_BYTES.get((p.kernel, p.provider, p.mode))
+    if split is None:
+        return None
+    n = _elements(p)
+    rest_s = p.ms * 1e-3 - memory_time_s(split[0] * n, gpu) - row.launches * gpu.kernel_overhead_us * 1e-6
+    if rest_s <= 0:
+        return None
+    return split[1] * n / rest_s / (gpu.hbm_bandwidth_GBps * 1e9)
+
+
+def path_report(rows: Sequence[Row]) -> str:
+    """The largest bandwidth-bound shape of each split chain and GPU, with the rate its ``other`` path implies."""
+    cache: dict[str, GPUSpec] = {}
+    lines = ["", "Non-vectorised launch paths (PATH_BYTES; docs/design.md, 'Eager kernel rates (session 11)'): the rate "
+             "the broadcast / strided / casting kernels of a chain imply when its vectorised kernels run at the "
+             "profile's hbm_efficiency:", "",
+             "| kernel | provider | mode | GPU | shape | vectorised B | other B | other path, of HBM | other path, GB/s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in _largest([r for r in rows if not r.launch_bound]):
+        gpu = _gpu(r.point.gpu, cache)
+        rate = implied_other_rate(r, gpu)
+        if rate is None:
+            continue
+        p = r.point
+        vec, other = PATH_BYTES[(p.kernel, p.provider, p.mode)]
+        lines.append(f"| {p.kernel} | {p.provider} | {p.mode} | {p.gpu.removeprefix('NVIDIA ')} | {_shape(p)} | {vec} | "
+                     f"{other} | {rate:.2f} | {rate * gpu.hbm_bandwidth_GBps:.0f} |")
+    return "\n".join(lines)
 
 
 DOC_HEAD = """# Memory-bound kernels against published per-kernel timings

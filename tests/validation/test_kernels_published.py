@@ -82,6 +82,7 @@ def test_report_and_doc_on_a_subset(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     rows = bench.compare(subset)
     text = bench.report(rows)
     assert "| all | " in text and "| bandwidth-bound, provider liger" in text and "| largest shape of each sweep" in text
+    assert "Non-vectorised launch paths" in text
     assert text.count("\n| ") >= len(subset)
     doc = tmp_path / "kernel_validation.md"
     monkeypatch.setattr(bench, "DOC", doc)
@@ -106,3 +107,30 @@ def test_harness_adds_the_gradient_accumulation_of_the_cross_entropy_full_mode()
     (row,) = bench.compare([full])
     nbytes, launches = bench.traffic(full).pick("full")
     assert (row.bytes, row.launches) == (nbytes + 12 * s["B"] * s["T"] * s["V"], launches + 1)
+
+
+def test_path_split_covers_each_chains_bytes() -> None:
+    """The launch-path split of Megatron's loss adds up to the simulator's bytes per bf16 logit (2 + 36); HF's
+    RMSNorm to the simulator's 36 plus 2 for its fp32 weight's fp32 output (4 bytes written, not 2)."""
+    bench = _load()
+    assert sum(bench.PATH_BYTES[("megatron_cross_entropy", "megatron-unfused", "forward")]) == (
+        2 + MEGATRON_LOSS_FWD_BYTES_PER_LOGIT_EXTRA)
+    assert sum(bench.PATH_BYTES[("rms_norm", "huggingface", "forward")]) == EAGER_RMSNORM_BYTES[0] + 2
+
+
+def test_implied_other_rate_inverts_the_two_path_time() -> None:
+    """A timing built as vectorised bytes at hbm_efficiency + other bytes at 0.5 of the datasheet + launches gives
+    back 0.5; a chain without a split (Liger's fused norm) gives None."""
+    bench = _load()
+    point = max((p for p in bench.POINTS if p.kernel == "megatron_cross_entropy" and p.mode == "forward"),
+                key=lambda p: p.dims["V"])
+    gpu = load_gpu("h100-sxm")
+    vec, other = bench.PATH_BYTES[(point.kernel, point.provider, point.mode)]
+    n = point.dims["B"] * point.dims["S"] * point.dims["V"]
+    (row,) = bench.compare([point])
+    seconds = (memory_time_s(vec * n, gpu) + other * n / (0.5 * gpu.hbm_bandwidth_GBps * 1e9)
+               + row.launches * gpu.kernel_overhead_us * 1e-6)
+    (built,) = bench.compare([dataclasses.replace(point, ms=seconds * 1e3)])
+    assert bench.implied_other_rate(built, gpu) == pytest.approx(0.5)
+    liger = next(p for p in bench.POINTS if p.kernel == "rms_norm" and p.provider == "liger")
+    assert bench.implied_other_rate(bench.compare([liger])[0], gpu) is None
