@@ -86,9 +86,10 @@ def compute_time_s(op: Compute, gpu: GPUSpec, *, dtype: str, speed: float = 1.0,
             f"{op.attention_flops} outside 0 .. flops = {op.flops}; the fused-attention FLOPs are part of flops"
         )
     if op.gemms or op.accumulate_gemms:
-        tensor = gemms_time_s(op.gemms, gpu, dtype=dtype)
+        tensor = gemms_time_s(op.gemms, gpu, dtype=dtype, streams=op.gemm_streams)
         if op.accumulate_gemms:
-            tensor += gemms_time_s(op.accumulate_gemms, gpu, dtype=dtype, accumulate_bytes=op.accumulate_bytes)
+            tensor += gemms_time_s(op.accumulate_gemms, gpu, dtype=dtype, accumulate_bytes=op.accumulate_bytes,
+                                   streams=op.gemm_streams)
     else:
         tensor = gemm_time_s(op.flops - op.attention_flops, op.gemm_mnk, gpu, dtype=dtype)
     attention = fused_attention_time_s(op.attention_flops, gpu, dtype=dtype, direction=_direction(op),
@@ -116,7 +117,12 @@ def host_compute_time_s(op: Compute, node: NodeSpec, *, speed: float = 1.0) -> f
     return host_optimizer_time_s(op.flops / ADAM_FLOPS_PER_PARAM, node) / speed
 
 
-OverlapKind = Literal["collective", "p2p", "copy_engine"]
+USERBUFFERS_NUM_SM = 16
+"""SMs of a Transformer Engine userbuffers reduce-scatter / all-gather kernel: ``num_sm`` = 16 for every method but
+``ring_exchange`` in ``initialize_ub``'s ``get_default_config`` (transformer_engine/pytorch/module/base.py, v1.8 and
+v1.9); Megatron-Core passes no ``ub_cfgs`` unless ``--tp-comm-overlap-cfg`` is given."""
+
+OverlapKind = Literal["collective", "p2p", "copy_engine", "userbuffers"]
 """What a communication op runs on, which decides what it takes from compute (:func:`overlap_slowdown`)."""
 
 
@@ -130,6 +136,11 @@ def overlap_slowdown(gpu: GPUSpec, kind: OverlapKind = "collective") -> float:
       ``p2p_compute_slowdown``.
     * ``copy_engine``: a copy-engine memcpy (Transformer Engine's ring exchange, ``use_ce``) holds no SM;
       only its HBM traffic competes (NVIDIA/nccl#1433): ``copy_engine_compute_slowdown``.
+    * ``userbuffers``: a Transformer Engine userbuffers reduce-scatter or all-gather (``--tp-comm-overlap``'s
+      ``pipeline`` and ``bulk`` methods) launches exactly ``num_sm`` CTAs, one per SM (``SETUP_LAUNCH_CONFIG(sms,
+      ...)`` with ``sms = comm->sms``, csrc/userbuffers/userbuffers.cu; cooperative launch), and TE's default
+      ``num_sm`` is :data:`USERBUFFERS_NUM_SM`: compute keeps ``1 - num_sm / sm_count`` of its rate, the same
+      SM-share rule as ``comm_compute_slowdown``'s NCCL CTAs (``comm_compute_slowdown`` without ``sm_count``).
 
     The last two fall back to ``comm_compute_slowdown`` when the profile predates them. The engine
     multiplies the rates ``1 - s`` of what is in flight (:mod:`simgrid.engine.overlap`): each collective
@@ -137,5 +148,7 @@ def overlap_slowdown(gpu: GPUSpec, kind: OverlapKind = "collective") -> float:
     """
     if kind == "collective":
         return gpu.comm_compute_slowdown
+    if kind == "userbuffers":
+        return gpu.comm_compute_slowdown if not gpu.sm_count else min(1.0, USERBUFFERS_NUM_SM / gpu.sm_count)
     value = gpu.p2p_compute_slowdown if kind == "p2p" else gpu.copy_engine_compute_slowdown
     return gpu.comm_compute_slowdown if value is None else value

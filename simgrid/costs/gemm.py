@@ -283,8 +283,24 @@ def gemm_efficiency(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str) -> floa
 
 
 def gemms_time_s(gemms: tuple[tuple[int, int, int, int], ...], gpu: GPUSpec, *, dtype: str,
-                 accumulate_bytes: int = 0) -> float:
+                 accumulate_bytes: int = 0, streams: int = 1) -> float:
     """Seconds of a list of ``(m, n, k, count)`` GEMMs run one after another on one stream (each accumulating into
-    an ``accumulate_bytes``-wide buffer when that is > 0)."""
-    return sum(gemm_shape_time_s(m, n, k, gpu, dtype=dtype, count=c, accumulate_bytes=accumulate_bytes)
+    an ``accumulate_bytes``-wide buffer when that is > 0).
+
+    ``streams > 1``: each GEMM runs while ``streams - 1`` equal ones run on other streams (Transformer Engine's
+    userbuffers chunk GEMMs, issued round-robin on up to 3 compute streams with no dependency between them:
+    ``_stream_compute[i % _stream_compute.size()]`` in ``split_overlap_ag`` / ``split_overlap_rs``,
+    transformer_engine/pytorch/csrc/comm_gemm_overlap.h at v1.9). The block scheduler hands an SM freed by one
+    kernel to a resident kernel of another stream (CUDA C++ Programming Guide, "Concurrent Kernel Execution"),
+    so the kernels' thread blocks fill waves together: each is priced as its share of one GEMM with ``streams``
+    times its rows (whose tiles are the union of theirs when the rows are whole tiles, as the 512- and 1024-row
+    chunks of the Megatron rows are), or as alone where that is less: sharing the SMs with independent kernels
+    does not make a kernel slower than running alone after them (to first order)."""
+    if streams < 1:
+        raise SimgridError(f"streams = {streams} must be >= 1 (1: a GEMM alone on its stream)")
+    if streams == 1:
+        return sum(gemm_shape_time_s(m, n, k, gpu, dtype=dtype, count=c, accumulate_bytes=accumulate_bytes)
+                   for m, n, k, c in gemms)
+    return sum(min(gemm_shape_time_s(m * streams, n, k, gpu, dtype=dtype, count=c, accumulate_bytes=accumulate_bytes)
+                   / streams, gemm_shape_time_s(m, n, k, gpu, dtype=dtype, count=c, accumulate_bytes=accumulate_bytes))
                for m, n, k, c in gemms)

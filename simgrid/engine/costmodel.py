@@ -94,6 +94,7 @@ class ClusterCostModel:
         self.comm_compute_slowdown = overlap_slowdown(cluster.gpu, "collective")
         self.p2p_compute_slowdown = overlap_slowdown(cluster.gpu, "p2p")
         self.copy_engine_compute_slowdown = overlap_slowdown(cluster.gpu, "copy_engine")
+        self.userbuffers_compute_slowdown = overlap_slowdown(cluster.gpu, "userbuffers")
 
     def compute_s(self, op: Compute, speed: float) -> float:
         from simgrid import costs
@@ -164,7 +165,8 @@ class DurationCache:
         if d is None:
             # The roofline reads only these fields (simgrid.costs.compute); stage/micro-batch do not matter.
             ckey = (op.kind, op.device, op.flops, op.hbm_bytes, op.gemm_mnk, op.kernels, op.attention_flops,
-                    op.gemms, op.accumulate_gemms, op.accumulate_bytes, op.attention_shape, op.host_s, speed)
+                    op.gemms, op.accumulate_gemms, op.accumulate_bytes, op.attention_shape, op.host_s, speed,
+                    op.gemm_streams)
             d = self._compute_by_cost.get(ckey)
             if d is None:
                 d = self._compute_by_cost[ckey] = self.cost.compute_s(op, speed)

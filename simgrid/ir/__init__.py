@@ -16,6 +16,7 @@ from simgrid.ir.jsonio import (
 )
 from simgrid.ir.ops import (
     COLLECTIVE_KINDS,
+    COMM_KERNELS,
     COMM_PURPOSES,
     COMPUTE_KINDS,
     MEMORY_CATEGORIES,
@@ -60,6 +61,7 @@ from simgrid.ir.validate import validate_program
 
 __all__ = [
     "COLLECTIVE_KINDS",
+    "COMM_KERNELS",
     "COMM_PURPOSES",
     "COMPUTE_KINDS",
     "HANDLE_OP_TYPES",

@@ -54,6 +54,11 @@ Device = Literal["gpu", "cpu"]
 COMPUTE_KINDS: tuple[str, ...] = get_args(ComputeKind)
 COLLECTIVE_KINDS: tuple[str, ...] = get_args(CollectiveKind)
 COMM_PURPOSES: tuple[str, ...] = get_args(CommPurpose)
+
+CommKernel = Literal["nccl", "userbuffers"]
+"""What runs a collective: an NCCL kernel, or a Transformer Engine userbuffers kernel (``--tp-comm-overlap``'s
+pipelined and bulk reduce-scatters and all-gathers), which holds TE's ``num_sm`` SMs, not NCCL's CTAs."""
+COMM_KERNELS: tuple[str, ...] = get_args(CommKernel)
 MEMORY_CATEGORIES: tuple[str, ...] = get_args(MemoryCategory)
 
 
@@ -99,6 +104,11 @@ class Compute:
     attention_shape: tuple[int, int, int] = (0, 0, 0)
     """``(query tokens, key tokens, head dim)`` per sequence of the fused attention core, for the GPU
     profile's attention-speed table; zeros when the op has no fused core."""
+    gemm_streams: int = 1
+    """Equal GEMM kernels in flight together on separate streams, this op's among them (Transformer Engine's
+    userbuffers issue the chunk GEMMs of one overlapped GEMM round-robin on up to 3 streams): their thread blocks
+    share the SMs' waves, so each of ``gemms`` is priced as ``1 / gemm_streams`` of one GEMM with
+    ``gemm_streams`` times its rows (:func:`simgrid.costs.gemm.gemms_time_s`). 1: alone on the compute stream."""
     device: Device = "gpu"
     """Where it runs: ``cpu`` for an optimizer offloaded to the host."""
     host_s: float = 0.0
@@ -173,6 +183,9 @@ class Collective:
     ``bytes`` is their total."""
     label: str = ""
     """What the collective carries, e.g. ``"bucket3"`` or ``"L5.attn"``; the executor uses it."""
+    kernel: CommKernel = "nccl"
+    """What runs it (see :data:`CommKernel`): it decides what the collective takes from overlapped compute
+    (:func:`simgrid.costs.overlap_slowdown`). A ring exchange runs on the copy engines whatever this says."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -33,6 +33,7 @@ from typing import Any
 from simgrid.errors import ProgramError
 from simgrid.ir.ops import (
     COLLECTIVE_KINDS,
+    COMM_KERNELS,
     COMM_PURPOSES,
     COMPUTE_KINDS,
     MEMORY_CATEGORIES,
@@ -241,6 +242,7 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
         _f("accgemms", "accumulate_gemms", _GEMMS, ()),
         _f("acc", "accumulate_bytes", _INT, 0),
         _f("attnshape", "attention_shape", _GEMM, (0, 0, 0)),
+        _f("streams", "gemm_streams", _INT, 1),
         _f("device", "device", _choice(("gpu", "cpu")), "gpu"),
         _f("host", "host_s", _NUM, 0.0),
     ),
@@ -254,6 +256,7 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
         _f("root", "root", _INT, None),
         _f("count", "count", _INT, 1),
         _f("label", "label", _STR, ""),
+        _f("kernel", "kernel", _choice(COMM_KERNELS), "nccl"),
     ),
     Transfer: (_f("bytes", "bytes", _INT), _f("handle", "handle", _STR), _f("label", "label", _STR, "")),
     Wait: (_f("handle", "handle", _STR),),

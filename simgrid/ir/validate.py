@@ -202,6 +202,8 @@ def _check_compute(
                     "attention FLOPs are a part of the op's flops")
     if op.kernels < 0 or any(x < 0 for x in op.gemm_mnk) or any(x < 0 for x in op.attention_shape):
         problems.at(rank, index, op, "kernels, gemm and attnshape sizes must be >= 0")
+    if op.gemm_streams < 1:
+        problems.at(rank, index, op, f"streams = {op.gemm_streams!r}: GEMM kernels in flight together must be >= 1")
     if op.accumulate_gemms and op.accumulate_bytes not in (2, 4):
         problems.at(rank, index, op, f"acc = {op.accumulate_bytes!r}: accgemms accumulate into a 16-bit (acc=2) or "
                     "fp32 (acc=4) buffer")

@@ -28,7 +28,8 @@ class MemoCostModel:
     def __init__(self, inner: CostModel) -> None:
         self.inner = inner
         self.comm_compute_slowdown = inner.comm_compute_slowdown
-        self.p2p_compute_slowdown, self.copy_engine_compute_slowdown = slowdowns(inner)[1:]
+        (self.p2p_compute_slowdown, self.copy_engine_compute_slowdown,
+         self.userbuffers_compute_slowdown) = slowdowns(inner)[1:]
         self._compute: dict[tuple[Any, ...], float] = {}
         self._collective: dict[tuple[Any, ...], float] = {}
         self._p2p: dict[tuple[Any, ...], float] = {}

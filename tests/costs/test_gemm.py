@@ -425,3 +425,50 @@ def test_accumulation_on_h100_costs_what_its_extra_epilogue_bytes_cost() -> None
 def test_a_negative_accumulate_width_is_refused() -> None:
     with pytest.raises(SimgridError, match="accumulate_bytes = -2 must be >= 0"):
         gemm_shape_time_s(256, 256, 64, tiny_gpu(), dtype="bf16", accumulate_bytes=-2)
+
+
+def test_chunk_gemms_on_concurrent_streams_share_waves() -> None:
+    """``streams = 3``: three 64-row chunks in flight together (TE's userbuffers streams) fill the 4 SMs' waves as
+    one 192-row GEMM: 3 x 1 tile = 3 tiles, one wave for all three, so each chunk costs a third of that wave.
+    Alone (``streams = 1``) each pays its own wave of 1 tile (split-K aside, which K = 64 rules out)."""
+    gpu = tiny_gpu()
+    chunk = ((64, 128, 64, 1),)
+    alone = gemms_time_s(chunk, gpu, dtype="bf16")
+    together = gemms_time_s(chunk, gpu, dtype="bf16", streams=3)
+    assert together == pytest.approx(gemm_shape_time_s(192, 128, 64, gpu, dtype="bf16") / 3, rel=1e-12)
+    assert together < alone
+    assert gemms_time_s(chunk, gpu, dtype="bf16", streams=1) == alone
+    with pytest.raises(SimgridError, match="streams = 0 must be >= 1"):
+        gemms_time_s(chunk, gpu, dtype="bf16", streams=0)
+
+
+def test_a_compute_op_prices_its_gemms_by_its_stream_count() -> None:
+    """``Compute.gemm_streams`` reaches the GEMM price (simgrid.costs.compute), for fresh and accumulating GEMMs."""
+    from simgrid.costs import compute_time_s
+    from simgrid.ir import Compute
+
+    gpu = load_gpu("h100-sxm")
+    shape = (512, 896, 7168, 1)
+    flops = 2.0 * 512 * 896 * 7168
+    for fields in ({"gemms": (shape,)}, {"accumulate_gemms": (shape,), "accumulate_bytes": 4}):
+        ops = [Compute(kind="B", stage=0, microbatch=0, chunk=0, block_start=0, block_end=1, flops=flops, hbm_bytes=0.0,
+                       kernels=0, gemm_streams=s, **fields) for s in (1, 3)]  # type: ignore[arg-type]
+        alone, together = (compute_time_s(op, gpu, dtype="fp16") for op in ops)
+        acc = int(fields.get("accumulate_bytes", 0))  # type: ignore[call-overload]
+        assert together == pytest.approx(
+            gemm_shape_time_s(1536, 896, 7168, gpu, dtype="fp16", accumulate_bytes=acc) / 3, rel=1e-12)
+        assert together < alone
+
+
+def test_concurrent_chunks_never_cost_more_than_alone() -> None:
+    """A 64 x 256 chunk is 2 tiles: alone it splits K in two and fills the 4 SMs in one wave; three stacked are 6
+    tiles, 2 waves of the whole K (a third of which is more than the split chunk's time), so the chunk keeps its
+    alone price. Two stacked are 4 tiles, one full wave without the split-K reduction: cheaper than alone."""
+    gpu = tiny_gpu()
+    shape = (64, 256, 1024, 1)
+    alone = gemms_time_s((shape,), gpu, dtype="bf16")
+    assert gemm_shape_time_s(192, 256, 1024, gpu, dtype="bf16") / 3 > alone  # what the min guards against
+    assert gemms_time_s((shape,), gpu, dtype="bf16", streams=3) == alone
+    assert gemms_time_s((shape,), gpu, dtype="bf16", streams=2) == pytest.approx(
+        gemm_shape_time_s(128, 256, 1024, gpu, dtype="bf16") / 2, rel=1e-12)
+    assert gemms_time_s((shape,), gpu, dtype="bf16", streams=2) < alone

@@ -24,13 +24,14 @@ class UniformCost:
 
     def __init__(self, *, flops_per_s: float = 1e12, bw: float = 1e9, lat: float = 0.0, slowdown: float = 0.0,
                  p2p_slowdown: float | None = None, copy_engine_slowdown: float | None = None,
-                 route_fn: Callable[[int, int], tuple[Link, ...]] | None = None) -> None:
+                 userbuffers_slowdown: float | None = None, route_fn: Callable[[int, int], tuple[Link, ...]] | None = None) -> None:
         self.flops_per_s = flops_per_s
         self.bw = bw
         self.lat = lat
         self.comm_compute_slowdown = slowdown
         self.p2p_compute_slowdown = p2p_slowdown  # None: as ``slowdown`` (simgrid.engine.overlap.slowdowns)
         self.copy_engine_compute_slowdown = copy_engine_slowdown
+        self.userbuffers_compute_slowdown = userbuffers_slowdown
         self.route_fn = route_fn
 
     def compute_s(self, op: Compute, speed: float) -> float:

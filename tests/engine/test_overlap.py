@@ -11,7 +11,14 @@ import pytest
 from engine_helpers import UniformCost, allreduce, fwd, recv, send
 
 from simgrid.engine import simulate_program
-from simgrid.engine.overlap import COLLECTIVE_WEIGHT, COPY_ENGINE_WEIGHT, P2P_WEIGHT, OverlapModel, slowdowns
+from simgrid.engine.overlap import (
+    COLLECTIVE_WEIGHT,
+    COPY_ENGINE_WEIGHT,
+    P2P_WEIGHT,
+    USERBUFFERS_WEIGHT,
+    OverlapModel,
+    slowdowns,
+)
 from simgrid.ir import Collective, Program, Transfer, Wait
 
 TFLOP = 1e12
@@ -46,6 +53,21 @@ def test_copy_engine_steps_slow_compute_less_than_sm_collectives(engine: str) ->
     ops = [_ring_exchange("g", 10**9, "x"), fwd(TFLOP), Wait(handle="x")]
     free = UniformCost(slowdown=0.5, copy_engine_slowdown=0.0)
     assert _compute_end(Program(groups={"g": (0, 1)}, ranks=[ops, ops]), free, engine) == 1.0
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_userbuffers_collective_uses_its_own_slowdown(engine: str) -> None:
+    """The same 0.5 s all-gather run by a userbuffers kernel (s = 0.1) instead of NCCL (s = 0.5) slows the 1 s
+    compute beside it to 1.05 s, not 1.25 s; with an NCCL collective or a copy-engine step in flight too, the
+    rates multiply (and the userbuffers count does not read as a copy-engine step)."""
+    cost = UniformCost(slowdown=0.5, userbuffers_slowdown=0.1)
+    ub = Collective(kind="all_gather", group="g", bytes=10**9, purpose="tp", handle="x", kernel="userbuffers")
+    ops = [ub, fwd(TFLOP), Wait(handle="x")]
+    assert _compute_end(Program(groups={"g": (0, 1)}, ranks=[ops, ops]), cost, engine) == pytest.approx(1.05, rel=1e-12)
+    model = OverlapModel(cost)
+    assert model.weight(ub) == USERBUFFERS_WEIGHT
+    assert model.rate(USERBUFFERS_WEIGHT + COLLECTIVE_WEIGHT) == pytest.approx(0.9 * 0.5, rel=1e-12)
+    assert model.rate(USERBUFFERS_WEIGHT + COPY_ENGINE_WEIGHT) == pytest.approx(0.9 * 0.5, rel=1e-12)  # ce: s falls back
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -104,5 +126,5 @@ def test_a_cost_model_before_issue_12_applies_its_one_slowdown_to_every_kind() -
     class Old:
         comm_compute_slowdown = 0.1
 
-    assert slowdowns(Old()) == (0.1, 0.1, 0.1)
-    assert slowdowns(UniformCost(slowdown=0.3, copy_engine_slowdown=0.0)) == (0.3, 0.3, 0.0)
+    assert slowdowns(Old()) == (0.1, 0.1, 0.1, 0.1)
+    assert slowdowns(UniformCost(slowdown=0.3, copy_engine_slowdown=0.0)) == (0.3, 0.3, 0.0, 0.3)

@@ -6,6 +6,7 @@ from hypothesis import strategies as st
 
 from simgrid.ir import (
     COLLECTIVE_KINDS,
+    COMM_KERNELS,
     COMM_PURPOSES,
     COMPUTE_KINDS,
     MEMORY_CATEGORIES,
@@ -42,6 +43,7 @@ computes = st.builds(
     attention_flops=numbers,
     device=st.sampled_from(["gpu", "cpu"]),
     host_s=numbers,
+    gemm_streams=ints,
 )
 sends = st.builds(Send, peer=ints, bytes=ints, key=keys, handle=names)
 recvs = st.builds(Recv, peer=ints, bytes=ints, key=keys, handle=names)
@@ -55,6 +57,7 @@ collectives = st.builds(
     root=st.none() | ints,
     count=ints,
     label=names,
+    kernel=st.sampled_from(COMM_KERNELS),
 )
 transfers = st.builds(Transfer, direction=st.sampled_from(["d2h", "h2d"]), bytes=ints, handle=names, label=names)
 waits = st.builds(Wait, handle=names)

@@ -80,6 +80,18 @@ def test_accumulating_gemms_round_trip() -> None:
     assert parse_op(line) == w
 
 
+def test_gemm_streams_and_userbuffers_kernel_round_trip() -> None:
+    """A TE chunk GEMM in flight with two others (streams=3) and a userbuffers reduce-scatter (kernel=...);
+    the defaults (1, nccl) are not written."""
+    c = Compute(kind="F", stage=0, microbatch=0, chunk=0, block_start=1, block_end=2, flops=2.0 * 4 * 5 * 6,
+                hbm_bytes=0.0, gemms=((4, 5, 6, 1),), gemm_streams=3)
+    r = Collective(kind="reduce_scatter", group="tp0", bytes=8, purpose="tp", handle="h", kernel="userbuffers")
+    assert "streams=3" in format_op(c) and parse_op(format_op(c)) == c
+    assert "kernel=userbuffers" in format_op(r) and parse_op(format_op(r)) == r
+    plain = dataclasses.replace(r, kernel="nccl")
+    assert "kernel=" not in format_op(plain) and "streams=" not in format_op(dataclasses.replace(c, gemm_streams=1))
+
+
 def test_strings_with_spaces_are_json_quoted() -> None:
     """A label with a space is quoted so the line still splits into key=value tokens."""
     op = Collective(kind="barrier", group="world", bytes=0, purpose="sync", handle="b 0", label='say "hi"')

@@ -17,7 +17,13 @@ from simgrid.schedules.lower import tp_overlap
 from simgrid.schedules.lower.compute import add_recompute, compute_steps
 from simgrid.schedules.lower.instantiate import MicrobatchTemplate
 from simgrid.schedules.lower.tensor_parallel import add_tensor_parallel, tp_collectives
-from simgrid.schedules.lower.tp_overlap import PIPELINE_SPLITS, _split, add_overlapped_tensor_parallel, overlapped_ops
+from simgrid.schedules.lower.tp_overlap import (
+    PIPELINE_SPLITS,
+    UB_STREAMS,
+    _split,
+    add_overlapped_tensor_parallel,
+    overlapped_ops,
+)
 
 SP = {"sequence_parallel": True}
 
@@ -261,3 +267,25 @@ def test_selective_op_backward_does_not_regather_what_the_recompute_gathered() -
         assert isinstance(ops[recompute - 2], Collective) and ops[recompute - 2].kind == "all_gather"  # type: ignore[union-attr]
     plain = _role(tp=2, recompute="none", flash_attention=True)
     assert any(isinstance(o, Collective) and o.kind == "all_gather" for o in _between(plain, "B", 1))
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+def test_chunk_gemms_run_on_te_streams_and_collectives_on_userbuffers(tp: int) -> None:
+    """TE issues the chunk GEMMs of a ring-exchange or pipelined GEMM round-robin on min(3, splits) streams
+    (comm_gemm_overlap.h ``_stream_compute``): ring chunks carry ``gemm_streams = min(3, tp)``, pipelined ones
+    ``min(3, 4)``; a bulk GEMM and the ops between stay alone (1). Every collective the pass issues is a
+    userbuffers kernel; the embedding's and head's plain collectives stay NCCL."""
+    ops = _role(tp=tp)
+    tokens = TINY.seq_length
+    for kind, block in (("F", 1), ("B", 2)):
+        between = _between(ops, kind, block)
+        ring = [o for o in between if isinstance(o, Compute) and o.gemms and o.gemms[0][0] == tokens // tp]
+        assert ring and {o.gemm_streams for o in ring} == {min(UB_STREAMS, tp)}
+        assert all(o.kernel == "userbuffers" for o in between if isinstance(o, Collective))
+    piped = [o for o in _between(ops, "F", 1) if isinstance(o, Compute) and o.gemms
+             and o.gemms[0][0] == tokens // PIPELINE_SPLITS][-PIPELINE_SPLITS:]  # the projection's chunks
+    assert len(piped) == PIPELINE_SPLITS and {o.gemm_streams for o in piped} == {min(UB_STREAMS, PIPELINE_SPLITS)}
+    bulk = [o for o in _between(ops, "B", 2) if isinstance(o, Compute)][-1]  # beside the bulk reduce-scatter
+    assert bulk.gemm_streams == 1
+    plain = _role(tp=tp, overlap=False)
+    assert all(o.kernel == "nccl" for o in plain if isinstance(o, Collective))

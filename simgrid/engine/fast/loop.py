@@ -40,6 +40,7 @@ from simgrid.engine.deadlock import SHOWN_RANKS, blocked_at, deadlock_message
 from simgrid.engine.overlap import COLLECTIVE_WEIGHT as _COLL_WEIGHT
 from simgrid.engine.overlap import COPY_ENGINE_WEIGHT as _CE_WEIGHT
 from simgrid.engine.overlap import P2P_WEIGHT as _P2P_WEIGHT
+from simgrid.engine.overlap import USERBUFFERS_WEIGHT as _UB_WEIGHT
 from simgrid.engine.overlap import OverlapModel
 from simgrid.errors import SimulationError
 from simgrid.ir import Alloc, Collective, Compute, Free, Op, Program, Recv, Send, Transfer, Wait, format_op
@@ -235,7 +236,8 @@ class FastLoop:
             t = type(op)
             members = inst[2]
             # OverlapModel.weight, inlined (twice per communication op)
-            weight = ((_CE_WEIGHT if op.kind == "ring_exchange" else _COLL_WEIGHT) if t is Collective
+            weight = ((_CE_WEIGHT if op.kind == "ring_exchange" else
+                       _UB_WEIGHT if op.kernel == "userbuffers" else _COLL_WEIGHT) if t is Collective
                       else 0 if t is Transfer else _P2P_WEIGHT)
             if not weight:  # host copies do not slow compute
                 for comm in members:
@@ -457,7 +459,8 @@ class FastLoop:
                 members = entry[2]
                 op = entry[0]
                 t = type(op)
-                weight = ((_CE_WEIGHT if op.kind == "ring_exchange" else _COLL_WEIGHT) if t is Collective
+                weight = ((_CE_WEIGHT if op.kind == "ring_exchange" else
+                           _UB_WEIGHT if op.kernel == "userbuffers" else _COLL_WEIGHT) if t is Collective
                           else 0 if t is Transfer else _P2P_WEIGHT)
                 for comm in members:
                     comm[_C_END] = now

@@ -19,12 +19,15 @@ methods and their defaults are TE's ``initialize_ub`` (transformer_engine/pytorc
   that input gradient runs whole beside the weight-gradient GEMM (``qkv_wgrad``).
 
 In the IR each chunk is a :class:`~simgrid.ir.ops.Compute` op of its own (one GEMM of ``m / splits`` rows,
-priced by the GPU model at its own shape, so small chunks lose efficiency as they do on the GPU), each
+priced by the GPU model at its own shape, so small chunks lose efficiency as they do on the GPU; TE issues the
+chunks round-robin on ``min(3, splits)`` compute streams with no dependency between them, so each carries
+``gemm_streams`` = that many and is priced as its share of the stacked GEMM: :data:`UB_STREAMS`), each
 ring step a ``ring_exchange`` :class:`~simgrid.ir.ops.Collective` and each pipelined piece a
 ``reduce_scatter`` of ``bytes / 4``, with WAITs where the next chunk needs the data. The engine then finds
 the overlap itself: comm on the group's stream concurrent with compute, compute slowed while comm is in
-flight by what runs it (:mod:`simgrid.engine.overlap`: the SM-based reduce-scatters by ``comm_compute_slowdown``,
-the copy-engine ring steps by ``copy_engine_compute_slowdown``), and the first/last chunk exposed. No discount factor is applied anywhere.
+flight by what runs it (:mod:`simgrid.engine.overlap`: the pipelined and bulk collectives are userbuffers kernels,
+``kernel="userbuffers"``, on TE's 16 SMs, :data:`simgrid.costs.compute.USERBUFFERS_NUM_SM`; the copy-engine ring
+steps by ``copy_engine_compute_slowdown``), and the first/last chunk exposed. No discount factor is applied anywhere.
 
 Only the attention and dense-MLP sub-blocks overlap: TE's userbuffers cover its own ``LayerNormLinear`` /
 ``Linear`` layers; the embedding and the vocabulary head are Megatron's own parallel layers, and MoE
@@ -61,6 +64,10 @@ from simgrid.schedules.lower.tensor_parallel import (
 )
 
 PIPELINE_SPLITS = 4
+UB_STREAMS = 3
+"""Compute streams TE's userbuffers issue the chunk GEMMs of one overlapped GEMM on, round-robin:
+``min(num_max_streams, splits)`` with ``num_max_streams = _NUM_MAX_UB_STREAMS = 3`` (initialize_ub,
+transformer_engine/pytorch/module/base.py; ``_stream_compute`` in csrc/comm_gemm_overlap.h, v1.9)."""
 """GEMM chunks of TE's ``pipeline`` reduce-scatter overlap: ``num_splits = 4`` for every non-ring-exchange
 method in ``initialize_ub``'s ``get_default_config`` (transformer_engine/pytorch/module/base.py)."""
 
@@ -95,9 +102,10 @@ class _Builder:
         self.accumulate_bytes = wgrad_accumulate_bytes(ctx.layout)
 
     def compute(self, flops: float, hbm: float, kernels: int, gemms: tuple[Gemm, ...], attention_flops: float = 0.0,
-                attention_shape: tuple[int, int, int] = (0, 0, 0), accumulate: tuple[Gemm, ...] = ()) -> None:
+                attention_shape: tuple[int, int, int] = (0, 0, 0), accumulate: tuple[Gemm, ...] = (),
+                streams: int = 1) -> None:
         """One compute op; ``accumulate``: weight-gradient GEMMs that add into ``main_grad`` (gradient
-        accumulation fusion), not repeated in ``gemms``."""
+        accumulation fusion), not repeated in ``gemms``; ``streams``: chunk GEMMs in flight together."""
         if flops <= 0 and hbm <= 0:
             return
         op = self.op
@@ -111,21 +119,24 @@ class _Builder:
                                 hbm_bytes=hbm * self.layers, gemm_mnk=first[0][:3] if first else (0, 0, 0),
                                 kernels=max(1, kernels) * self.layers, attention_flops=attention_flops * self.layers,
                                 gemms=folded, attention_shape=attention_shape, accumulate_gemms=acc,
-                                accumulate_bytes=self.accumulate_bytes if acc else 0))
+                                accumulate_bytes=self.accumulate_bytes if acc else 0, gemm_streams=streams))
 
-    def gemm(self, gemm: Gemm, rows: int | None = None, *, weight: bool = False) -> None:
+    def gemm(self, gemm: Gemm, rows: int | None = None, *, weight: bool = False, splits: int = 1) -> None:
         """One GEMM (``rows`` of its ``m``); ``weight``: a weight-gradient GEMM (accumulates into ``main_grad``
-        under gradient accumulation fusion)."""
+        under gradient accumulation fusion); ``splits``: the chunks of its GEMM, which TE runs on
+        ``min(UB_STREAMS, splits)`` streams."""
         m, n, k, count = gemm
         rows = m if rows is None else rows
         one = ((rows, n, k, count),)
-        self.compute(2.0 * rows * n * k * count, 0.0, count, () if weight else one, accumulate=one if weight else ())
+        self.compute(2.0 * rows * n * k * count, 0.0, count, () if weight else one, accumulate=one if weight else (),
+                     streams=min(UB_STREAMS, splits))
 
     def issue(self, kind: str, nbytes: float) -> str:
         handle = f"{self.prefix}{self.serial}"
         self.serial += 1
         self.ops.append(Collective(kind=kind, group=self.group, bytes=round(nbytes * self.layers),  # type: ignore[arg-type]
-                                   purpose="tp", handle=handle, count=self.layers, label=self.label))
+                                   purpose="tp", handle=handle, count=self.layers, label=self.label,
+                                   kernel="userbuffers"))
         return handle
 
     def wait(self, handle: str) -> None:
@@ -137,7 +148,7 @@ class _Builder:
         tp = self.ctx.layout.tp
         for i, rows in enumerate(_split(gemm[0], tp)):
             handle = self.issue("ring_exchange", nbytes / tp) if i < tp - 1 else None
-            self.gemm(gemm, rows)
+            self.gemm(gemm, rows, splits=tp)
             if handle is not None:
                 self.wait(handle)
 
@@ -146,7 +157,7 @@ class _Builder:
         chunks = _split(gemm[0], PIPELINE_SPLITS)
         handles = []
         for rows in chunks:
-            self.gemm(gemm, rows)
+            self.gemm(gemm, rows, splits=PIPELINE_SPLITS)
             handles.append(self.issue("reduce_scatter", nbytes * rows / gemm[0]))
         for handle in handles:
             self.wait(handle)
