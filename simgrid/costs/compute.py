@@ -149,6 +149,10 @@ def overlap_slowdown(gpu: GPUSpec, kind: OverlapKind = "collective") -> float:
     if kind == "collective":
         return gpu.comm_compute_slowdown
     if kind == "userbuffers":
-        return gpu.comm_compute_slowdown if not gpu.sm_count else min(1.0, USERBUFFERS_NUM_SM / gpu.sm_count)
+        # Without an SM count, or on a part too small to keep SMs beside TE's 16, the profile's NCCL figure
+        # stands in (a share of 1 would stop compute for the collective's whole duration).
+        if not gpu.sm_count or gpu.sm_count <= USERBUFFERS_NUM_SM:
+            return gpu.comm_compute_slowdown
+        return USERBUFFERS_NUM_SM / gpu.sm_count
     value = gpu.p2p_compute_slowdown if kind == "p2p" else gpu.copy_engine_compute_slowdown
     return gpu.comm_compute_slowdown if value is None else value

@@ -159,3 +159,14 @@ def test_overlap_slowdown_by_kind_falls_back_to_the_collective_figure() -> None:
     assert [overlap_slowdown(old, kind) for kind in ("collective", "p2p", "copy_engine")] == [0.15, 0.15, 0.15]
     new = dataclasses.replace(old, p2p_compute_slowdown=0.02, copy_engine_compute_slowdown=0.0)
     assert [overlap_slowdown(new, kind) for kind in ("collective", "p2p", "copy_engine")] == [0.15, 0.02, 0.0]
+
+
+def test_userbuffers_slowdown_is_te_sm_share_or_the_collective_figure() -> None:
+    """A userbuffers collective holds TE's 16 SMs of the part's SM count; a profile without an SM count, or with
+    no more SMs than that, falls back to comm_compute_slowdown instead of stopping compute."""
+    import dataclasses
+
+    gpu = synthetic_cluster(num_gpus=1, comm_compute_slowdown=0.15).gpu
+    assert overlap_slowdown(dataclasses.replace(gpu, sm_count=132), "userbuffers") == pytest.approx(16 / 132)
+    assert overlap_slowdown(dataclasses.replace(gpu, sm_count=None), "userbuffers") == 0.15
+    assert overlap_slowdown(dataclasses.replace(gpu, sm_count=16), "userbuffers") == 0.15
