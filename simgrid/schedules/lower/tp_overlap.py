@@ -64,12 +64,12 @@ from simgrid.schedules.lower.tensor_parallel import (
 )
 
 PIPELINE_SPLITS = 4
+"""GEMM chunks of TE's ``pipeline`` reduce-scatter overlap: ``num_splits = 4`` for every non-ring-exchange
+method in ``initialize_ub``'s ``get_default_config`` (transformer_engine/pytorch/module/base.py)."""
 UB_STREAMS = 3
 """Compute streams TE's userbuffers issue the chunk GEMMs of one overlapped GEMM on, round-robin:
 ``min(num_max_streams, splits)`` with ``num_max_streams = _NUM_MAX_UB_STREAMS = 3`` (initialize_ub,
 transformer_engine/pytorch/module/base.py; ``_stream_compute`` in csrc/comm_gemm_overlap.h, v1.9)."""
-"""GEMM chunks of TE's ``pipeline`` reduce-scatter overlap: ``num_splits = 4`` for every non-ring-exchange
-method in ``initialize_ub``'s ``get_default_config`` (transformer_engine/pytorch/module/base.py)."""
 
 _OVERLAPPED = ("attn", "mlp")
 
