@@ -6,6 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 """Repository root."""
@@ -28,3 +29,16 @@ def load_script(path: Path, name: str, *, register: bool = True) -> ModuleType:
 def load_benchmark(script: str, name: str) -> ModuleType:
     """``benchmarks/<script>.py`` as module ``name`` (a name of its own, so two tests may load one script)."""
     return load_script(BENCHMARKS / f"{script}.py", name)
+
+
+def written_doc(module: ModuleType, rows: object, tmp_path: Path, monkeypatch: Any) -> str:
+    """Run a single-measurement check's command line (benchmarks/published_doc_cli.py) on precomputed ``rows`` with
+    its document redirected under ``tmp_path``: ``--skip-write`` must leave no file, a plain run must write one;
+    returns what it wrote."""
+    doc = tmp_path / module.DOC.name
+    monkeypatch.setattr(module, "DOC", doc)
+    monkeypatch.setattr(module, "REPO", tmp_path)
+    monkeypatch.setattr(module, "compare", lambda points=None: rows)
+    assert module.main(["--skip-write"]) == 0 and not doc.exists()
+    assert module.main([]) == 0
+    return doc.read_text()

@@ -8,7 +8,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from script_modules import load_benchmark
+from script_modules import load_benchmark, written_doc
 
 from simgrid.hardware import load_gpu
 
@@ -68,12 +68,6 @@ def test_report_and_doc_on_a_subset(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     rows = bench.compare(subset)
     text = bench.report(rows)
     assert text.count("\n| ") >= len(subset) and "| headline, all | " in text and "| extended, class large" in text
-    doc = tmp_path / "gemm_validation.md"
-    monkeypatch.setattr(bench, "DOC", doc)
-    monkeypatch.setattr(bench, "REPO", tmp_path)
-    monkeypatch.setattr(bench, "compare", lambda points=None: rows)
-    assert bench.main(["--skip-write"]) == 0 and not doc.exists()
-    assert bench.main([]) == 0
-    written = doc.read_text()
+    written = written_doc(bench, rows, tmp_path, monkeypatch)
     assert written.startswith("# GEMM model against published") and "## Sources" in written
     assert f"{len(subset)}. " in written

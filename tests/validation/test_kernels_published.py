@@ -9,7 +9,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from script_modules import load_benchmark
+from script_modules import load_benchmark, written_doc
 
 from simgrid.costs.compute import memory_time_s
 from simgrid.hardware import load_gpu
@@ -84,13 +84,7 @@ def test_report_and_doc_on_a_subset(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert "| all | " in text and "| bandwidth-bound, provider liger" in text and "| largest shape of each sweep" in text
     assert "Non-vectorised launch paths" in text
     assert text.count("\n| ") >= len(subset)
-    doc = tmp_path / "kernel_validation.md"
-    monkeypatch.setattr(bench, "DOC", doc)
-    monkeypatch.setattr(bench, "REPO", tmp_path)
-    monkeypatch.setattr(bench, "compare", lambda points=None: rows)
-    assert bench.main(["--skip-write"]) == 0 and not doc.exists()
-    assert bench.main([]) == 0
-    written = doc.read_text()
+    written = written_doc(bench, rows, tmp_path, monkeypatch)
     assert written.startswith("# Memory-bound kernels against published") and "## Sources" in written
     assert "benchmark/data/" in written
 
