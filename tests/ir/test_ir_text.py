@@ -143,3 +143,9 @@ def test_format_rejects_wrongly_typed_fields() -> None:
     with pytest.raises(ProgramError, match=r"unknown kind/direction 'ZAP'"):
         format_op(Compute(kind="ZAP", stage=0, microbatch=0, chunk=0, block_start=0, block_end=1,  # type: ignore[arg-type]
                           flops=0.0, hbm_bytes=0.0))
+
+
+def test_an_unknown_collective_kernel_is_refused() -> None:
+    """kernel= names what runs a collective: anything but nccl or userbuffers is a parse error naming both."""
+    with pytest.raises(ProgramError, match="kernel.*one of nccl, userbuffers"):
+        parse_op("REDUCE_SCATTER group=tp0 bytes=8 purpose=tp handle=h kernel=mpi")

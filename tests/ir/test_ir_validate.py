@@ -172,6 +172,7 @@ def test_compute_sanity() -> None:
         "W stage=0 mb=0 chunk=0 blocks=1:2 flops=16.0 hbm=0.0 accgemms=2x2x2x1 acc=3",
         "W stage=0 mb=0 chunk=0 blocks=1:2 flops=32.0 hbm=0.0 gemms=2x2x2x1 accgemms=2x2x2x1 acc=2",
         "W stage=0 mb=0 chunk=0 blocks=1:2 flops=16.0 hbm=0.0 gemms=2x2x2x1 acc=2",
+        "F stage=0 mb=0 chunk=0 blocks=1:2 flops=16.0 hbm=0.0 gemms=2x2x2x1 streams=0",
     ]
     ops = [parse_op(x.replace("hbm=inf", "hbm=0.0")) for x in bad]
     ops[1] = dataclasses.replace(ops[1], hbm_bytes=float("inf"))  # the text form refuses inf; Python does not
@@ -187,6 +188,7 @@ def test_compute_sanity() -> None:
     assert "gemms add up to 16.0 FLOPs but flops - attn = 100.0" in text
     assert "acc = 3: accgemms accumulate into a 16-bit (acc=2) or fp32 (acc=4) buffer" in text
     assert "acc = 2 without accgemms" in text
+    assert "streams = 0: GEMM kernels in flight together must be >= 1" in text
     assert "gemms add up to 32.0" not in text  # gemms + accgemms add up: no complaint
 
 
