@@ -147,5 +147,5 @@ def test_format_rejects_wrongly_typed_fields() -> None:
 
 def test_an_unknown_collective_kernel_is_refused() -> None:
     """kernel= names what runs a collective: anything but nccl or userbuffers is a parse error naming both."""
-    with pytest.raises(ProgramError, match="kernel.*one of nccl, userbuffers"):
+    with pytest.raises(ProgramError, match=r"kernel='mpi' is not valid; expected one of nccl, userbuffers"):
         parse_op("REDUCE_SCATTER group=tp0 bytes=8 purpose=tp handle=h kernel=mpi")
