@@ -17,6 +17,10 @@ Sources used (each row names its own):
 * NeMo AutoModel ``docs/performance-summary`` (pre-training, DGX-H100, BF16): Llama 3.1 70B with FSDP2 and
   context parallelism (recipe ``custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml`` at commit 2013a4d).
 
+* NeMo ``docs/source/performance/performance_summary.md`` (commit 9c5c5e9, container NeMo 24.07, DGX-H100, FP8):
+  GPT-3 5B / 20B / 175B and Llama 2 7B / 13B / 70B, Llama 3 8B / 70B pre-training, recipes read from
+  NeMo-Framework-Launcher tag 24.07 (session 12: fp8 rows, ``fp8_recipe``).
+
 Considered and not used are listed in :data:`EXCLUDED` with the reason.
 """
 
@@ -129,7 +133,18 @@ class DevRow:
     """Element-wise kernels between the GEMMs (Layout.kernel_fusion): ``fused`` for Transformer Engine and
     torch.compile, ``eager`` for PyTorch eager, ``eager-fused-norm`` for eager with torchtitan's fused RMSNorm."""
     precision: Precision = "bf16"
-    """Compute precision (fp8 rows are excluded: the simulator has no fp8 compute path)."""
+    """Compute precision of everything outside the fp8 GEMMs (and of the parameters)."""
+    fp8_recipe: str = "none"
+    """Transformer Engine fp8 autocast over the transformer layers' linear layers (``Layout.fp8_recipe``):
+    ``delayed`` (``DelayedScaling``, NeMo's "FP8" until 25.04), ``current`` (``Float8CurrentScaling``, NeMo's
+    "FP8-CS"), ``none`` (every GEMM in ``precision``). Passed to the layout when the layout has the setting
+    (session 12, helper fp8core); a row with an fp8 recipe is not simulated without it."""
+    bucket_size_MB: float | None = None
+    """Gradient bucket size in MB (``Layout.bucket_size_MB``; ``None``: the layout's default), where the source's
+    optimizer buckets by size (NeMo's apex DistributedFusedAdam ``bucket_cap_mb``)."""
+    grad_accumulation_fusion: bool | None = None
+    """``Layout.grad_accumulation_fusion`` (``None``: on for Megatron-Core rows, ``zero_impl = "megatron"``, off
+    else)."""
     metric: MetricKind
     """What the source reports."""
     published: float
@@ -237,6 +252,97 @@ _COMPILE = ("torch.compile: simulated as kernel_fusion 'fused' (its fused elemen
 _TITAN_RECIPE = ("bf16 params, fp32 gradient reduce-scatter (torchtitan mixed_precision_reduce default); "
                  "SDPA flash attention; FSDP2 reshard after forward")
 
+NEMO_2407 = Source(
+    document="NeMo docs/source/performance/performance_summary.md",
+    section="Pretraining table (FP8, container NeMo 24.07, DGX-H100)",
+    url="https://github.com/NVIDIA/NeMo/blob/9c5c5e9709407d3511005fc966e45374998bb478/docs/source/performance/"
+        "performance_summary.md",
+    version="NeMo 24.07 container; table of commit 9c5c5e9 (2024-09-09, '24.07 perf numbers'), the figures that "
+            "replaced the 'vboost numbers' of ccef6aa (2024-08-22); recipes read from NeMo-Framework-Launcher tag "
+            "24.07 (commit 8325688): launcher_scripts/conf/training/<model>.yaml, conf/config.yaml and "
+            "examples/training/*/h100/*fp8*.sh",
+)
+_LAUNCHER = "NeMo-Framework-Launcher 24.07 launcher_scripts/conf"
+_NEMO_2407_ASSUMED = (
+    "fp8 recipe: Transformer Engine delayed scaling (DelayedScaling, the only recipe TE had in 2024), HYBRID "
+    "format (E4M3 forward, E5M2 gradients): the table says only 'FP8'; the launcher's fp8 examples set "
+    "training.model.fp8=true (+ fp8_hybrid=True for Llama), the training configs amax_history_len 1024 / 'max' "
+    "(GPT-3, Llama 3) or 1 / 'most_recent' (Llama 2)",
+    "everything the table does not state is the launcher's training config of that model at tag 24.07 plus the "
+    "overrides of its H100 fp8 example script: no activation recompute (activations_checkpoint_granularity null), "
+    "Transformer Engine layers, gradient_accumulation_fusion true, optimizer distributed_fused_adam with "
+    "overlap_grad_sync and overlap_param_sync true and bucket_cap_mb of the config, and grad_sync_dtype=bf16 "
+    "(every fp8 example script: 16-bit gradient reduce-scatter)",
+    f"attention: Transformer Engine's flash-attn (FA2) backend, not cuDNN: {_LAUNCHER}/config.yaml line 72 sets "
+    "env NVTE_FUSED_ATTN=0 for every training job ('Disable cudnn FA until we've tested it more'); "
+    "NCCL_NVLS_ENABLE=0 (line 70), CUDA_DEVICE_MAX_CONNECTIONS=1 (nemo_launcher/core/stages.py lines 566-574)",
+    "cluster: DGX H100 with NDR InfiniBand (the table names the system DGX-H100)",
+)
+_NEMO_VBOOST = ("clocks: the published figures are runs with vboost ('nvidia-smi boost-slider --vboost 1', which "
+                "shifts power from memory to the SMs; NeMo commit ccef6aa '24.07 vboost numbers' moved the table "
+                "by -3 to +7 %); the simulator's H100 runs at its profile's sustained clock, vboost not modelled")
+_NEMO_DISTOPT = ("optimizer: NeMo's apex DistributedFusedAdam (distributed_fused_adam) is simulated as ZeRO-1 with "
+                 "overlapped gradient reduce-scatter and next-step parameter all-gather in PyTorch-DDP-style buckets "
+                 "of the config's bucket_cap_mb; apex's own bucket order and its sharded gradient buffer (ZeRO-2 "
+                 "memory) are not modelled")
+_NEMO_VOCAB_PAD = ("vocabulary: NeMo pads it to a multiple of 128 x TP (Llama 2 32000 -> 32256, Llama 3 128256 -> "
+                   "128512 at TP 4); the preset keeps the unpadded size (< 0.5 % of the step's FLOPs)")
+
+# (id suffix, model, seq, GPUs, GBS, MBS, TP, PP, CP, VP, tokens/s/GPU, model TFLOP/s/GPU as printed,
+#  launcher training config, fp8 example script, sequence parallel, ub_tp_comm_overlap, bucket_cap_mb)
+# Table columns from NeMo 9c5c5e9; sp / ub / bucket read from the config at 24.07 (line numbers in the recipe).
+_NEMO_2407_ROWS: tuple[tuple[str, str, int, int, int, int, int, int, int, int, float, str, str, str, bool, bool,
+                             float], ...] = (
+    ("gpt3-5b", "nemo-gpt3-5b", 2048, 64, 2048, 4, 1, 1, 1, 1, 23406, "765",
+     "training/gpt3/5b.yaml (sequence_parallel line 106, ub_tp_comm_overlap 149, bucket_cap_mb 171)",
+     "gpt/h100/5b_fp8_8node.sh", False, False, 400),
+    ("gpt3-20b", "nemo-gpt3-20b", 2048, 64, 256, 2, 2, 1, 1, 1, 5851, "750",
+     "training/gpt3/20b.yaml (sequence_parallel line 106, ub_tp_comm_overlap 149, bucket_cap_mb 172)",
+     "gpt/h100/20b_fp8_8node.sh", True, True, 220),
+    ("gpt3-175b-128", "nemo-gpt3-175b", 2048, 128, 256, 1, 4, 8, 1, 6, 716, "771",
+     "training/gpt3/175b.yaml (sequence_parallel line 106, overlap_p2p_comm 108, ub_tp_comm_overlap false 149, "
+     "bucket_cap_mb 172)", "gpt/h100/175b_fp8_16node.sh", True, False, 220),
+    ("gpt3-175b-512", "nemo-gpt3-175b", 2048, 512, 2048, 2, 4, 8, 1, 6, 825, "888",
+     "training/gpt3/175b.yaml (sequence_parallel line 106, overlap_p2p_comm 108, ub_tp_comm_overlap false 149, "
+     "bucket_cap_mb 172)", "gpt/h100/175b_fp8_16node.sh", True, False, 220),
+    ("llama2-7b", "llama2-7b", 4096, 8, 128, 1, 1, 1, 1, 1, 16934, "780",
+     "training/llama/llama2_7b.yaml (sequence_parallel line 126, ub_tp_comm_overlap 138, bucket_cap_mb 156)",
+     "llama/h100/llama2_7b_fp8.sh", False, False, 125),
+    ("llama2-13b", "llama2-13b", 4096, 16, 128, 1, 1, 4, 1, 10, 8715, "760",
+     "training/llama/llama2_13b.yaml (sequence_parallel line 126, ub_tp_comm_overlap 136, overlap_p2p_comm 137, "
+     "bucket_cap_mb 156)", "llama/h100/llama2_13b_fp8.sh", False, False, 125),
+    ("llama2-70b", "llama2-70b", 4096, 64, 128, 1, 4, 4, 1, 20, 1728, "768",
+     "training/llama/llama2_70b.yaml (sequence_parallel line 126, ub_tp_comm_overlap 136, bucket_cap_mb 157)",
+     "llama/h100/llama2_70b_fp8.sh", True, True, 125),
+    ("llama3-8b", "llama3-8b", 8192, 8, 128, 1, 1, 1, 2, 1, 12273, "711",
+     "training/llama/llama3_8b.yaml (context_parallel_size line 63, sequence_parallel 125, ub_tp_comm_overlap "
+     "136, bucket_cap_mb 153)", "llama/h100/llama3_8b_fp8.sh", False, False, 125),
+    ("llama3-70b", "llama3-70b", 8192, 64, 128, 1, 4, 4, 2, 5, 1524, "734",
+     "training/llama/llama3_70b.yaml (sequence_parallel line 125, ub_tp_comm_overlap 136, bucket_cap_mb 155; "
+     "the fp8 example picks tp_overlap ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192)",
+     "llama/h100/llama3_70b_fp8.sh", True, True, 125),
+)
+
+
+def _nemo_2407_row(suffix: str, model: str, seq: int, gpus: int, gbs: int, mbs: int, tp: int, pp: int, cp: int,
+                   vp: int, tps: float, tflops: str, config: str, script: str, sp: bool, ub: bool,
+                   bucket_MB: float) -> DevRow:
+    padded = tp > 1 and model.startswith("llama")
+    return DevRow(
+        id=f"nemo2407-{suffix}", source=NEMO_2407, gpu="H100", cluster="dgx-h100-ndr", model=model,
+        seq_length=seq, dp=gpus // (tp * pp * cp), tp=tp, pp=pp, cp=cp, vpp=vp, zero=1,
+        micro_batch=mbs, global_batch=gbs, sequence_parallel=sp, tp_comm_overlap=ub, overlap_param_gather=True,
+        reduce_dtype="param", bucket_size_MB=bucket_MB, grad_accumulation_fusion=True, attention_kernel="fa2",
+        fp8_recipe="delayed", metric="tokens_per_s_per_gpu", published=tps,
+        published_text=f"{tps:.0f} Tokens/sec/GPU ({tflops} model TFLOP/s/GPU)", conversion="as published",
+        recipe=f"FP8 pre-training on {gpus} H100, GBS {gbs}, MBS {mbs}, seq {seq}, TP {tp}, PP {pp}, CP {cp}, "
+               f"VP {vp} (table); {_LAUNCHER}/{config}; examples/training/{script} (fp8=true, "
+               "optim.grad_sync_dtype=bf16)",
+        assumed=_NEMO_2407_ASSUMED,
+        deviations=(_NEMO_VBOOST, _NEMO_DISTOPT, *((_NEMO_VOCAB_PAD,) if padded else ())),
+    )
+
+
 _MEGATRON_H100: tuple[tuple[str, int, int, int, float], ...] = (
     # (preset suffix, tp, pp, global batch, published per-GPU TFLOP/s); dp = 48 in every row
     ("1.7b", 1, 1, 192, 408.8),
@@ -307,6 +413,8 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
 
 DEV_ROWS: tuple[DevRow, ...] = (
     *(_megatron_row(*r) for r in _MEGATRON_H100),
+    # NeMo 24.07 performance table: FP8 (delayed scaling) pre-training on DGX-H100, dense models ModelSpec expresses.
+    *(_nemo_2407_row(*r) for r in _NEMO_2407_ROWS),
     # torchtitan, end of 2024: Llama 3.1 8B with FSDP2 (Tables 1 and 3), bf16 rows only.
     *(
         DevRow(
@@ -454,10 +562,17 @@ EXCLUDED: tuple[Excluded, ...] = (
              reason="Float8 linear layers with float8 all-gather: fp8 compute; the only H200 rows found"),
     Excluded(source="torchtitan docs/performance.md of 2024-04-16", rows="13B 'selective layer' (1914 WPS)",
              reason="checkpointing every other block is neither 'none' nor 'full' in the simulator"),
-    Excluded(source="NeMo performance_summary.md (NeMo 24.07-25.04) and Megatron-Bridge performance-summary "
+    Excluded(source="NeMo performance_summary.md (NeMo 24.07 table, commit 9c5c5e9)", rows="Nemotron-8B, "
+                    "Nemotron-22B, Nemotron-340B pre-training; the SFT and LoRA rows",
+             reason="Nemotron's squared-ReLU MLP is not a ModelSpec activation (GeLU or SwiGLU only); fine-tuning "
+                    "rows are not pre-training (LoRA trains adapters only)"),
+    Excluded(source="NeMo 24.09-25.04 performance tables (docs.nvidia.com) and Megatron-Bridge performance-summary "
                     "(25.09-26.08), DGX-H100", rows="every dense Llama / GPT-3 / Nemotron pre-training row",
-             reason="fp8 precision (FP8, FP8-CS, FP8-MX); the H100 BF16 rows there are GPT-OSS MoE models, whose "
-                    "alternating sliding-window attention with attention sinks ModelSpec does not express"),
+             reason="not in the NeMo repository's history (24.09-25.04 were published on docs.nvidia.com only, "
+                    "not stored here) or, for 25.09 on, FP8-CS rows whose Megatron-Bridge recipes were not read "
+                    "this session (one table version with readable recipes was preferred: NeMo 24.07); the H100 "
+                    "BF16 rows there are GPT-OSS MoE models, whose alternating sliding-window attention with "
+                    "attention sinks ModelSpec does not express"),
     Excluded(source="NeMo AutoModel performance-summary, DGX-H100 BF16", rows="every MoE row and the LoRA rows",
              reason="the MoE rows shard with FSDP2 (ZeRO-3), which Layout refuses for MoE models (ZeRO-0/1 only), "
                     "and dispatch with DeepEP, which is not modelled (the simulator's dispatcher is NCCL all-to-all); "

@@ -118,6 +118,12 @@ _PRESETS: tuple[ModelSpec, ...] = (
     _gpt("gpt3-2.7b", 32, 2560, 32),
     *(_gpt(name, layers, hidden, heads) for name, layers, hidden, heads in MEGATRON_TABLE1_SHAPES),
     _gpt("korthikanti-22b", 48, 6144, 64),
+    # NeMo Framework Launcher 24.07 GPT-3 configs (conf/training/gpt3/{5b,20b,175b}.yaml): GPT-2 BPE vocabulary
+    # (50257) padded to make_vocab_size_divisible_by 128 x TP (Megatron's _vocab_size_with_padding) at the TP of the
+    # NeMo 24.07 performance table (1, 2, 4); learned positions, LayerNorm, GeLU, biases, tied embeddings.
+    _gpt("nemo-gpt3-5b", 24, 4096, 32, vocab=50304),
+    _gpt("nemo-gpt3-20b", 44, 6144, 48, vocab=50432),
+    _gpt("nemo-gpt3-175b", 96, 12288, 96, vocab=50688),
     *(_gpt_untied(name, layers, hidden, heads, vocab=131072, seq=4096)
       for name, layers, hidden, heads in MEGATRON_H100_SHAPES),
     _llama("llama2-7b", 32, 4096, 32, 32, 11008, vocab=32000, seq=4096),
