@@ -128,10 +128,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _model_layout(args: argparse.Namespace, order: Any = None, *, keep_precision: bool = False) -> tuple[Any, Any]:
     """Model and layout of the flags; computed in fp32 (the CPU executor's precision) unless ``keep_precision``."""
+    from executor.runner import refuse_fp8
     from executor.validate import fp32
     from simgrid.cli.common import model_layout_from_args
 
     model, layout = model_layout_from_args(args, order=order)
+    refuse_fp8(layout)
     return model, layout if keep_precision else fp32(layout)
 
 

@@ -100,6 +100,7 @@ def validate_or_raise(program: Program) -> None:
     optimizer_for(program.layout.optimizer)  # an optimizer the executor cannot run is refused before launch
     check_experts_supported(program.model, program.layout)
     check_recompute_supported(program.layout)
+    refuse_fp8(program.layout)
     if program.layout.tp_comm_overlap:
         raise LayoutError(
             "executor: tp_comm_overlap = true (Transformer Engine's chunked tensor-parallel overlap) is not "
@@ -111,6 +112,15 @@ def validate_or_raise(program: Program) -> None:
             "executor: overlap_param_gather = true (ZeRO-1 parameter all-gather deferred to the next step's "
             "forward) is not implemented; the executor runs one step and gathers the updated parameters after "
             "its optimizer step: build the program without --overlap-param-gather"
+        )
+
+
+def refuse_fp8(layout: Layout) -> None:
+    """Refuse, before launch, a Transformer Engine fp8 layout: the executor has no fp8 GEMMs (nor TE)."""
+    if layout.fp8_recipe != "none":
+        raise LayoutError(
+            f"executor: fp8_recipe = {layout.fp8_recipe!r} (Transformer Engine fp8 autocast) is not implemented; "
+            "the executor runs 16-bit or fp32 GEMMs only: run it with --fp8 none (the simulator alone models fp8)"
         )
 
 

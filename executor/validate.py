@@ -20,7 +20,7 @@ from executor.costmodel import MeasuredCostModel
 from executor.devicefit import has_device_rows
 from executor.launch import LaunchConfig
 from executor.reference import reference_training
-from executor.runner import RunResult, run_program
+from executor.runner import RunResult, refuse_fp8, run_program
 from simgrid.hardware import load_cluster
 from simgrid.layout.spec import Layout
 from simgrid.model.spec import ModelSpec
@@ -86,6 +86,7 @@ def fp32(layout: Layout) -> Layout:
     """The layout computed in fp32, as the executor does (the engine then costs fp32 bytes too)."""
     import dataclasses
 
+    refuse_fp8(layout)
     return layout if layout.precision == "fp32" else dataclasses.replace(layout, precision="fp32")
 
 

@@ -180,6 +180,9 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
                    help="GPU optimizer step: fused (one multi-tensor kernel: Megatron/TE FusedAdam, torchtitan since "
                         "Feb 2025; default) or foreach (torch.optim foreach=True, host-bound per parameter tensor)")
     g.add_argument("--precision", choices=PRECISIONS, default="bf16", help="training precision (default bf16)")
+    g.add_argument("--fp8", dest="fp8_recipe", default="none", metavar="{none,delayed,current}",
+                   help="Transformer Engine fp8 autocast of the transformer layers' linear layers: none (default), "
+                        "delayed (DelayedScaling) or current (Float8CurrentScaling, NeMo's FP8-CS); needs bf16/fp16")
     g.add_argument("--offload", action="store_true", help="offload optimizer states and step to the host CPU")
     g.add_argument(
         "--dp-mode",
@@ -231,7 +234,8 @@ def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "optimizer_impl": getattr(args, "optimizer_impl", "fused"),
             "zero_impl": getattr(args, "zero_impl", "deepspeed"), "reduce_dtype": getattr(args, "reduce_dtype", "param"),
             "cross_entropy": getattr(args, "cross_entropy", "fused"), "tp_impl": getattr(args, "tp_impl", "megatron"),
-            "checkpoint_impl": getattr(args, "checkpoint_impl", "reentrant")}
+            "checkpoint_impl": getattr(args, "checkpoint_impl", "reentrant"),
+            "fp8_recipe": getattr(args, "fp8_recipe", "none")}
 
 
 def add_hardware_args(parser: argparse.ArgumentParser, *, cluster_required: bool, gpu_profile: bool,
@@ -377,6 +381,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         cross_entropy=getattr(args, "cross_entropy", "fused"), tp_impl=getattr(args, "tp_impl", "megatron"),
         optimizer_impl=getattr(args, "optimizer_impl", "fused"),
         checkpoint_impl=getattr(args, "checkpoint_impl", "reentrant"),
+        fp8_recipe=getattr(args, "fp8_recipe", "none"),
     )
     if order is None:
         return Layout(**fields)

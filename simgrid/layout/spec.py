@@ -31,6 +31,7 @@ CrossEntropyImpl = Literal["fused", "unfused"]
 OptimizerImpl = Literal["fused", "foreach"]
 TPImpl = Literal["megatron", "dtensor"]
 CheckpointImpl = Literal["reentrant", "non-reentrant", "non-reentrant-modules"]
+FP8Recipe = Literal["none", "delayed", "current"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
@@ -46,6 +47,7 @@ CROSS_ENTROPY_IMPLS: tuple[str, ...] = get_args(CrossEntropyImpl)
 OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
 TP_IMPLS: tuple[str, ...] = get_args(TPImpl)
 CHECKPOINT_IMPLS: tuple[str, ...] = get_args(CheckpointImpl)
+FP8_RECIPES: tuple[str, ...] = get_args(FP8Recipe)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need
 #: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
@@ -189,6 +191,12 @@ class Layout:
     the attention and the MLP separately, norms and residual adds outside (NeMo AutoModel with torch.compile),
     so neither norm, neither residual add nor either output projection reruns. Per-op checkpointing
     (``selective-op``) is always non-reentrant and already stops early; ``selective`` is Megatron's."""
+    fp8_recipe: FP8Recipe = "none"
+    """Transformer Engine fp8 autocast over the transformer layers' linear layers, HYBRID format (E4M3 forward
+    tensors, E5M2 gradients): ``delayed`` is TE ``DelayedScaling`` (scales from an amax history; Megatron
+    ``--fp8-recipe delayed``), ``current`` is ``Float8CurrentScaling`` (an amax pass over each tensor before its
+    cast; NeMo's "FP8-CS", Megatron ``--fp8-recipe tensorwise``); ``none`` runs every GEMM in ``precision``.
+    Needs precision bf16 or fp16 and a GPU with an fp8 peak (see docs/design.md, "fp8 training")."""
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
@@ -213,6 +221,7 @@ class Layout:
         _choice("optimizer_impl", self.optimizer_impl, OPTIMIZER_IMPLS)
         _choice("tp_impl", self.tp_impl, TP_IMPLS)
         _choice("checkpoint_impl", self.checkpoint_impl, CHECKPOINT_IMPLS)
+        _choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
                      "tp_comm_overlap", "overlap_param_gather", "tp_async_grad_comm", "grad_accumulation_fusion"):
             if not isinstance(getattr(self, flag), bool):
@@ -387,6 +396,11 @@ class Layout:
             raise LayoutError(
                 f"layout: dp_mode 'parameter-server' keeps full optimizer states on one rank and cannot "
                 f"be combined with zero = {self.zero}; use dp_mode 'allreduce' for ZeRO"
+            )
+        if self.fp8_recipe != "none" and self.precision == "fp32":
+            raise LayoutError(
+                f"layout: fp8_recipe = {self.fp8_recipe!r} needs 16-bit mixed precision (Transformer Engine's fp8 "
+                f"autocast keeps bf16/fp16 master copies) but precision = 'fp32'; use precision 'bf16' or fp8_recipe 'none'"
             )
         if self.zero and self.dp == 1:
             # ZeRO over a single replica shards nothing; allowed (it degenerates to stage 0) but noted.

@@ -137,3 +137,11 @@ def test_run_with_overlap_param_gather_is_refused_before_launch(capsys: pytest.C
     err = capsys.readouterr().err
     assert "executor: overlap_param_gather = true" in err and "without --overlap-param-gather" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_run_with_fp8_is_refused_before_launch(capsys: pytest.CaptureFixture[str]) -> None:
+    """--fp8 (Transformer Engine fp8 autocast) is simulator-only: exit 2, one line saying what to drop."""
+    assert main(["run", "--dp", "2", "--fp8", "delayed"]) == 2
+    err = capsys.readouterr().err
+    assert "executor: fp8_recipe = 'delayed'" in err and "--fp8 none" in err
+    assert len(err.strip().splitlines()) == 1
