@@ -103,8 +103,8 @@ def test_lookup_is_case_insensitive_and_list_is_complete() -> None:
     """Names resolve case-insensitively; list_models has every preset once."""
     assert get_model("GPT3-175B").name == "gpt3-175b"
     names = [m.name for m in list_models()]
-    # 21 + the 9 megatron-h100-* + 4 gpt3-125m..2.7b + 5 MoE presets (4 published, tiny-moe)
-    assert len(names) == len(set(names)) and len(names) == 39
+    # 21 + the 9 megatron-h100-* + 4 gpt3-125m..2.7b + 5 MoE presets (4 published, tiny-moe) + 3 nemo-gpt3-*
+    assert len(names) == len(set(names)) and len(names) == 42
 
 
 def test_unknown_model_lists_close_matches_and_names() -> None:
