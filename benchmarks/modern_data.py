@@ -142,6 +142,9 @@ class DevRow:
     bucket_size_MB: float | None = None
     """Gradient bucket size in MB (``Layout.bucket_size_MB``; ``None``: the layout's default), where the source's
     optimizer buckets by size (NeMo's apex DistributedFusedAdam ``bucket_cap_mb``)."""
+    tp_async_grad_comm: bool = False
+    """``Layout.tp_async_grad_comm``: the backward's tensor-parallel collectives issued asynchronously beside the
+    weight-gradient GEMM (Transformer Engine's ``async_op=True`` path when userbuffers overlap is off)."""
     grad_accumulation_fusion: bool | None = None
     """``Layout.grad_accumulation_fusion`` (``None``: on for Megatron-Core rows, ``zero_impl = "megatron"``, off
     else)."""
@@ -277,6 +280,10 @@ _NEMO_2407_ASSUMED = (
     "env NVTE_FUSED_ATTN=0 for every training job ('Disable cudnn FA until we've tested it more'); "
     "NCCL_NVLS_ENABLE=0 (line 70), CUDA_DEVICE_MAX_CONNECTIONS=1 (nemo_launcher/core/stages.py lines 566-574)",
     "cluster: DGX H100 with NDR InfiniBand (the table names the system DGX-H100)",
+    "Transformer Engine v1.8 as the container's (its version is not in the sources read): with TP and without "
+    "userbuffers (the GPT-3 175B rows) the backward's sequence-parallel collectives run asynchronously beside the "
+    "weight-gradient GEMMs (module/layernorm_linear.py lines 444, 564-565; layernorm_mlp.py 630, 919-920), "
+    "simulated as tp_async_grad_comm",
 )
 _NEMO_VBOOST = ("clocks: the published figures are runs with vboost ('nvidia-smi boost-slider --vboost 1', which "
                 "shifts power from memory to the SMs; NeMo commit ccef6aa '24.07 vboost numbers' moved the table "
@@ -333,6 +340,10 @@ def _nemo_2407_row(suffix: str, model: str, seq: int, gpus: int, gbs: int, mbs: 
         seq_length=seq, dp=gpus // (tp * pp * cp), tp=tp, pp=pp, cp=cp, vpp=vp, zero=1,
         micro_batch=mbs, global_batch=gbs, sequence_parallel=sp, tp_comm_overlap=ub, overlap_param_gather=True,
         reduce_dtype="param", bucket_size_MB=bucket_MB, grad_accumulation_fusion=True, attention_kernel="fa2",
+        # Transformer Engine v1.8 without userbuffers, sequence parallel: the backward re-gathers the column-parallel
+        # input with async_op=True and reduce-scatters dgrad with async_op=True beside the wgrad GEMM
+        # (module/layernorm_linear.py lines 444 and 564-565, layernorm_mlp.py 630 and 919-920, linear.py 425, 512-513)
+        tp_async_grad_comm=tp > 1 and not ub,
         fp8_recipe="delayed", metric="tokens_per_s_per_gpu", published=tps,
         published_text=f"{tps:.0f} Tokens/sec/GPU ({tflops} model TFLOP/s/GPU)", conversion="as published",
         recipe=f"FP8 pre-training on {gpus} H100, GBS {gbs}, MBS {mbs}, seq {seq}, TP {tp}, PP {pp}, CP {cp}, "

@@ -57,6 +57,8 @@ def _optional_layout_settings(row: DevRow) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if row.fp8_recipe != "none" and fp8_supported():
         extra["fp8_recipe"] = row.fp8_recipe
+    if row.tp_async_grad_comm:
+        extra["tp_async_grad_comm"] = True
     if row.bucket_size_MB is not None:
         extra["bucket_size_MB"] = row.bucket_size_MB
     return extra

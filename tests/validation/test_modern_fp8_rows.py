@@ -65,6 +65,9 @@ def test_nemo_rows_layouts_use_the_tables_gpus_and_split_layers_evenly() -> None
         layers = get_model(row.model).num_layers
         assert layers % (row.pp * row.vpp) == 0, row.id
         assert modern_devset.layout_text(layout).endswith("fp8-delayed"), row.id
+        # TE's async backward collectives stand in for userbuffers only where the config leaves ub off with TP
+        assert layout.tp_async_grad_comm == (row.tp > 1 and not row.tp_comm_overlap), row.id
+    assert [r.id for r in NEMO_ROWS if r.tp_async_grad_comm] == ["nemo2407-gpt3-175b-128", "nemo2407-gpt3-175b-512"]
 
 
 def test_nemo_gpt3_presets_pad_the_gpt2_vocabulary_as_nemo_does() -> None:
