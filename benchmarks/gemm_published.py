@@ -72,7 +72,7 @@ def _gpu(profile: str, regime: str, stream_k: bool, cache: dict[tuple[str, str, 
 
 
 def _tflops(p: GemmPoint, gpu: GPUSpec, *, launch: bool = True) -> float:
-    seconds = gemm_shape_time_s(p.m, p.n, p.k, gpu, dtype=p.dtype)
+    seconds = gemm_shape_time_s(p.m, p.n, p.k, gpu, dtype=p.dtype, out_bytes=p.out_bytes)
     if launch:
         seconds += gpu.kernel_overhead_us * 1e-6
     return 2.0 * p.m * p.n * p.k / seconds / 1e12

@@ -40,7 +40,7 @@ class GemmPoint:
     k: int
     """Inner (reduction) dimension."""
     dtype: str
-    """bf16 or fp16 (both run at the same tensor-core rate)."""
+    """bf16 or fp16 (both run at the same tensor-core rate), or fp8 (float8_e4m3fn operands)."""
     tflops: float
     """Measured TFLOP/s (2 m n k / seconds)."""
     regime: str
@@ -54,6 +54,10 @@ class GemmPoint:
     other figures: printed, never summarised)."""
     caveat: str = ""
     """Why the point is not ``headline`` (empty for headline points)."""
+    out_bytes: int = 0
+    """Output element width where the benchmark's differs from a training GEMM's (0: the model's own,
+    ``simgrid.costs.gemm.output_bytes``): mamf-finder.py's fp8 run writes an fp8 output (``torch._scaled_mm(A, B,
+    scale, scale, out=C)`` with ``C`` in the input dtype, compute/accelerator/benchmarks/mamf-finder.py)."""
 
 
 _MAMF_OLD = ("stas00/ml-engineering compute/accelerator/README.md, 'Maximum Achievable Matmul FLOPS comparison table' "
@@ -61,6 +65,9 @@ _MAMF_OLD = ("stas00/ml-engineering compute/accelerator/README.md, 'Maximum Achi
              "order' commit 77da5bb, re-printed MxNxK in f0cca2f)")
 _MAMF_NEW = ("stas00/ml-engineering compute/accelerator/README.md, 'Maximum Achievable Matmul FLOPS comparison table', "
              "BF16 rows, Best Shape MxNxK (commit b9e2972 and later; mean of 100 iterations after 50 warmup)")
+_MAMF_FP8 = ("stas00/ml-engineering compute/accelerator/README.md, 'Maximum Achievable Matmul FLOPS comparison table', "
+             "'FP8 (float8_e4m3fn)' rows, Best Shape MxNxK (commit 744d01e; mean of 100 iterations after 50 warmup; "
+             "mamf-finder.py: A (m x k), B (n x k) transposed, fp8 output)")
 _H800 = ("shared/reference/hardware.md, 'Measured matrix-multiply ceilings': H800 fp16, M = N = 8192, throughput by "
          "inner dimension K")
 _HORACE = ("Horace He, 'Strangely, Matrix Multiplications on GPUs Run Faster When Given Predictable Data' "
@@ -106,6 +113,14 @@ POINTS: tuple[GemmPoint, ...] = (
     GemmPoint(gpu="H100 SXM", profile="h100-sxm", m=2048, n=2048, k=13312, dtype="bf16", tflops=794.5,
               regime="burst", status="calibration", caveat="h100-sxm matmul.max_efficiency is solved from it",
               source=f"{_MAMF_NEW}: 'NVIDIA H100 SXM | 794.5 | 989 | 80.3% | 2048x2048x13312 | 2.7.0+cu126'"),
+    # -- fp8 MAMF best shapes (each profile's matmul.max_efficiency_fp8 is solved from its own) -----------------
+    *(GemmPoint(gpu=gpu, profile=profile, m=m, n=n, k=k, dtype="fp8", tflops=t, regime="burst",
+                status="calibration", caveat=f"{profile} matmul.max_efficiency_fp8 is solved from it", out_bytes=1,
+                source=f"{_MAMF_FP8}: 'NVIDIA {gpu} | {t} | {theory} | {m}x{n}x{k} | {torch}'")
+      for gpu, profile, t, theory, m, n, k, torch in (
+          ("H100 SXM", "h100-sxm", 1402.6, 1979, 1024, 9216, 14336, "2.7.0+cu126"),
+          ("H200 SXM", "h200-sxm", 1453.4, 1979, 1280, 4096, 12032, "2.7.1+cu128"),
+          ("B200 SXM", "b200", 3432.5, 4500, 15360, 4096, 3072, "2.7.1+cu128"))),
     # -- Horace He, A100 8192^3 fp16 (both A100 matmul constants are solved from these) -------------------------
     GemmPoint(gpu="A100 SXM", profile="a100-80gb-sxm", m=8192, n=8192, k=8192, dtype="fp16", tflops=295.0,
               regime="burst", status="calibration", caveat="a100 matmul.max_efficiency is solved from it",

@@ -2,7 +2,7 @@
 
 GPU model, per op::
 
-    time = sum over the op's GEMMs of gemm_time(m, n, k)         # tensor cores, by full shape
+    time = sum over the op's GEMMs of gemm_time(m, n, k)         # tensor cores, by full shape (fp8 ones at fp8)
          + fused_attention_time(attention_flops, shape, direction) # FlashAttention core, by shape
          + hbm_bytes / (hbm_bandwidth * hbm_efficiency)           # memory-bound kernels
          + kernels * kernel_overhead                              # launch + tail per kernel
@@ -85,10 +85,15 @@ def compute_time_s(op: Compute, gpu: GPUSpec, *, dtype: str, speed: float = 1.0,
             f"compute op {op.kind} (stage {op.stage}, micro-batch {op.microbatch}) has attention_flops = "
             f"{op.attention_flops} outside 0 .. flops = {op.flops}; the fused-attention FLOPs are part of flops"
         )
-    if op.gemms or op.accumulate_gemms:
+    if op.gemms or op.accumulate_gemms or op.fp8_gemms or op.fp8_accumulate_gemms:
         tensor = gemms_time_s(op.gemms, gpu, dtype=dtype, streams=op.gemm_streams)
         if op.accumulate_gemms:
             tensor += gemms_time_s(op.accumulate_gemms, gpu, dtype=dtype, accumulate_bytes=op.accumulate_bytes,
+                                   streams=op.gemm_streams)
+        if op.fp8_gemms or op.fp8_accumulate_gemms:
+            # Transformer Engine's fp8 GEMMs: 1-byte operands at the fp8 tensor rate, a 16-bit (or main_grad) output.
+            tensor += gemms_time_s(op.fp8_gemms, gpu, dtype="fp8", streams=op.gemm_streams)
+            tensor += gemms_time_s(op.fp8_accumulate_gemms, gpu, dtype="fp8", accumulate_bytes=op.accumulate_bytes,
                                    streams=op.gemm_streams)
     else:
         tensor = gemm_time_s(op.flops - op.attention_flops, op.gemm_mnk, gpu, dtype=dtype)

@@ -67,7 +67,7 @@ def output_bytes(dtype: str) -> int:
 
 def sustained_tensor_flops(gpu: GPUSpec, dtype: str) -> float:
     """``R``: FLOP/s of a GEMM main loop in a long GEMM-heavy phase (peak x efficiency x sustained clock)."""
-    return gpu.peak_flops(dtype) * gpu.matmul.max_efficiency * gpu.sustained_clock_fraction
+    return gpu.peak_flops(dtype) * gpu.matmul.efficiency_for(dtype) * gpu.sustained_clock_fraction
 
 
 def hbm_bytes_per_s(gpu: GPUSpec) -> float:
@@ -105,11 +105,13 @@ class _TileModel(NamedTuple):
 
 
 def gemm_shape_time_s(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str, count: int = 1,
-                      accumulate_bytes: int = 0) -> float:
+                      accumulate_bytes: int = 0, out_bytes: int = 0) -> float:
     """Seconds of ``count`` GEMMs of shape ``(m x k) @ (k x n)`` launched one after another (each fills its own
     waves; a batched GEMM is listed as one GEMM stacked along ``m``, :mod:`simgrid.model.gemms`).
     ``accumulate_bytes > 0``: each accumulates into a buffer of that element width (its epilogue reads C and
-    writes D: module docstring); the legacy rule (no tile) has no epilogue term and ignores it."""
+    writes D: module docstring); the legacy rule (no tile) has no epilogue term and ignores it. ``out_bytes > 0``
+    overrides the output's element width (an fp8 benchmark that writes an fp8 output, as ml-engineering's
+    mamf-finder.py does; training's fp8 GEMMs write 16-bit, :func:`output_bytes`)."""
     _check_shape(m, n, k, count)
     if accumulate_bytes < 0:
         raise SimgridError(f"accumulate_bytes = {accumulate_bytes} must be >= 0 (0: a fresh output)")
@@ -117,29 +119,30 @@ def gemm_shape_time_s(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str, count
         return 0.0
     if not uses_tile_model(gpu):
         flops = 2.0 * m * n * k * count
-        return flops / (gpu.peak_flops(dtype) * gpu.matmul.efficiency(m, n, k) * gpu.sustained_clock_fraction)
-    return count * _tile_time(m, n, k, _tile_model(gpu, dtype, accumulate_bytes))
+        scale = gpu.matmul.efficiency_for(dtype) / gpu.matmul.max_efficiency
+        return flops / (gpu.peak_flops(dtype) * gpu.matmul.efficiency(m, n, k) * scale * gpu.sustained_clock_fraction)
+    return count * _tile_time(m, n, k, _tile_model(gpu, dtype, accumulate_bytes, out_bytes))
 
 
-_MODELS: dict[tuple[int, str, int], tuple[GPUSpec, _TileModel]] = {}
-"""Tile model per ``(id(gpu), dtype, accumulate_bytes)``. Each entry keeps its GPUSpec alive, so the id cannot be reused by
+_MODELS: dict[tuple[int, str, int, int], tuple[GPUSpec, _TileModel]] = {}
+"""Tile model per ``(id(gpu), dtype, accumulate_bytes, out_bytes)``. Each entry keeps its GPUSpec alive, so the id cannot be reused by
 another object while the entry exists, and the lookup checks identity before trusting it. Keyed by id, not by
 the spec itself: hashing a GPUSpec hashes every field (its attention tables included) on every call."""
 _MODELS_MAX = 256
 """Entries kept before the cache is emptied (a sweep builds a handful of GPUs; this only bounds memory)."""
 
 
-def _tile_model(gpu: GPUSpec, dtype: str, accumulate_bytes: int = 0) -> _TileModel:
+def _tile_model(gpu: GPUSpec, dtype: str, accumulate_bytes: int = 0, out_bytes: int = 0) -> _TileModel:
     """The figures :func:`_tile_time` reads for ``gpu`` and ``dtype``, built once per (GPU object, dtype,
     accumulation): a training lowering or a sweep prices thousands of GEMMs on the same spec."""
-    key = (id(gpu), dtype, accumulate_bytes)
+    key = (id(gpu), dtype, accumulate_bytes, out_bytes)
     hit = _MODELS.get(key)
     if hit is not None and hit[0] is gpu:
         return hit[1]
     assert gpu.sm_count is not None  # uses_tile_model checked it
     model = _TileModel(sustained_tensor_flops(gpu, dtype), hbm_bytes_per_s(gpu), gpu.peak_flops(dtype), gpu.sm_count,
                        gpu.matmul.tile_m, gpu.matmul.tile_n, DTYPE_BYTES.get(dtype, 2),
-                       2 * accumulate_bytes if accumulate_bytes else output_bytes(dtype), gpu.matmul.stream_k)
+                       2 * accumulate_bytes if accumulate_bytes else out_bytes or output_bytes(dtype), gpu.matmul.stream_k)
     if len(_MODELS) >= _MODELS_MAX:
         _MODELS.clear()
     _MODELS[key] = (gpu, model)
@@ -172,7 +175,13 @@ MIN_CANDIDATE_SIDE = 64
 """Smallest side of the smaller training tiles cuBLAS chooses among (the guide's list ends at 64 x 64)."""
 STREAM_K_BLOCK_K = 64
 """Inner-dimension step of one stream-K work unit: the K extent of a Hopper bf16 CTA tile (CUTLASS's sm90
-kernels use 64 for 16-bit operands: 128 bytes, one TMA swizzle row)."""
+kernels use 64 for 16-bit operands: 128 bytes, one TMA swizzle row); a 1-byte (fp8) operand takes twice as many
+elements per 128-byte row (:func:`_stream_k_block_k`)."""
+
+
+def _stream_k_block_k(operand_bytes: int) -> int:
+    """K elements of one stream-K step: 128 bytes of a 1-byte operand, :data:`STREAM_K_BLOCK_K` otherwise."""
+    return 2 * STREAM_K_BLOCK_K if operand_bytes == 1 else STREAM_K_BLOCK_K
 STREAM_K_MIN_STEPS = 8
 """Fewest K steps CUTLASS's sm90 stream-K scheduler gives one unit (``min_iters_per_sk_unit_ = 8``,
 tile_scheduler_params.h); a tile with no more steps than this is never split."""
@@ -261,7 +270,7 @@ def _stream_k_time(tiles: int, a: int, b: int, k: int, rate: float, g: _TileMode
     keeps them data-parallel). Stream-K (Osama et al., PPoPP 2023): persistent CTAs share the K steps of the stream-K
     tiles evenly, so the tail costs its share of work instead of a whole wave; a CTA that ends inside a tile writes
     an fp32 partial that the tile's finishing CTA reads back (fixup)."""
-    steps = -(-k // STREAM_K_BLOCK_K)
+    steps = -(-k // _stream_k_block_k(g.d_in))
     dp_waves, sk_tiles, sk_units = stream_k_split(tiles, steps, g.sms)
     if sk_tiles == 0 or sk_units == 0:
         return float("inf")
@@ -278,7 +287,7 @@ def gemm_efficiency(m: int, n: int, k: int, gpu: GPUSpec, *, dtype: str) -> floa
     """Fraction of the dtype's peak one ``(m, n, k)`` GEMM reaches (tile model or legacy curve)."""
     _check_shape(m, n, k, 1)
     if min(m, n, k) == 0:
-        return gpu.matmul.max_efficiency * gpu.sustained_clock_fraction
+        return gpu.matmul.efficiency_for(dtype) * gpu.sustained_clock_fraction
     return 2.0 * m * n * k / (gpu.peak_flops(dtype) * gemm_shape_time_s(m, n, k, gpu, dtype=dtype))
 
 

@@ -166,7 +166,7 @@ class DurationCache:
             # The roofline reads only these fields (simgrid.costs.compute); stage/micro-batch do not matter.
             ckey = (op.kind, op.device, op.flops, op.hbm_bytes, op.gemm_mnk, op.kernels, op.attention_flops,
                     op.gemms, op.accumulate_gemms, op.accumulate_bytes, op.attention_shape, op.host_s, speed,
-                    op.gemm_streams)
+                    op.gemm_streams, op.fp8_gemms, op.fp8_accumulate_gemms)
             d = self._compute_by_cost.get(ckey)
             if d is None:
                 d = self._compute_by_cost[ckey] = self.cost.compute_s(op, speed)

@@ -4,7 +4,7 @@ File shapes (units in key names; see hardware_profiles/ for complete examples)::
 
     kind = "gpu"            # memory_GiB, hbm_bandwidth_GBps, hbm_efficiency, kernel_overhead_us,
     name = "..."            # comm_compute_slowdown, [peak_tflops] fp32/tf32/bf16/fp16/fp8,
-    description = "..."     # [matmul] max_efficiency/min_dim/relative/tile_m/tile_n/stream_k, [sources],
+    description = "..."     # [matmul] max_efficiency(_fp8)/min_dim/relative/tile_m/tile_n/stream_k, [sources],
                             # fused_attention_efficiency, sustained_clock_fraction, chip_speed_spread,
                             # p2p_compute_slowdown, copy_engine_compute_slowdown (optional)
 
@@ -128,6 +128,8 @@ def _matmul(reader: TableReader) -> MatmulEfficiency:
             kwargs[key] = reader.integer(key)
     if reader.has("stream_k"):
         kwargs["stream_k"] = reader.boolean("stream_k")
+    if reader.has("max_efficiency_fp8"):
+        kwargs["max_efficiency_fp8"] = reader.number("max_efficiency_fp8")
     reader.finish()
     return reader.build(MatmulEfficiency, **kwargs)
 

@@ -81,6 +81,15 @@ class MatmulEfficiency:
     stream_k: bool = False
     """Whether the GPU's GEMM library has stream-K kernels (work split evenly over persistent CTAs, so a
     partial last wave costs its share, not a whole wave); only with a tile."""
+    max_efficiency_fp8: float | None = None
+    """Fraction of the fp8 peak an fp8 GEMM's main loop reaches (solved, like ``max_efficiency``, from a measured
+    fp8 MAMF through :mod:`simgrid.costs.gemm`); ``None``: ``max_efficiency`` stands in."""
+
+    def efficiency_for(self, dtype: str) -> float:
+        """The main-loop fraction of peak for ``dtype``: ``max_efficiency_fp8`` for fp8 where given."""
+        if dtype == "fp8" and self.max_efficiency_fp8 is not None:
+            return self.max_efficiency_fp8
+        return self.max_efficiency
 
     @property
     def tiled(self) -> bool:
@@ -99,6 +108,8 @@ class MatmulEfficiency:
                              owner="MatmulEfficiency")
         object.__setattr__(self, "relative", tuple(self.relative))
         check_fraction("MatmulEfficiency", "max_efficiency", self.max_efficiency)
+        if self.max_efficiency_fp8 is not None:
+            check_fraction("MatmulEfficiency", "max_efficiency_fp8", self.max_efficiency_fp8)
         if not self.min_dim:
             raise FieldError("min_dim", self.min_dim, "must have at least one point", owner="MatmulEfficiency")
         if len(self.min_dim) != len(self.relative):

@@ -103,6 +103,8 @@ def _gpu(doc: _Document, gpu: GPUSpec, prefix: str, *, top: bool) -> None:
         matmul.update(tile_m=gpu.matmul.tile_m, tile_n=gpu.matmul.tile_n)
     if gpu.matmul.stream_k:
         matmul["stream_k"] = True
+    if gpu.matmul.max_efficiency_fp8 is not None:
+        matmul["max_efficiency_fp8"] = float(gpu.matmul.max_efficiency_fp8)
     doc.table(prefix + "matmul", matmul)
     if gpu.fused_attention:
         doc.table(prefix + "fused_attention", {"default": gpu.attention_kernel})  # None: not written

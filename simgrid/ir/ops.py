@@ -101,6 +101,13 @@ class Compute:
     accumulate_bytes: int = 0
     """Bytes per element of the buffer ``accumulate_gemms`` read and write (4: fp32 ``main_grad``, 2: 16-bit);
     0 when there are none."""
+    fp8_gemms: tuple[tuple[int, int, int, int], ...] = ()
+    """Matrix multiplies of the op, in the form of ``gemms`` and not repeated there or in ``accumulate_gemms``, that
+    run on fp8 operands (Transformer Engine fp8 autocast, ``Layout.fp8_recipe``): priced at the GPU's fp8 rate with
+    1-byte operands and a 16-bit output. Their FLOPs count with ``gemms``' toward ``flops - attention_flops``."""
+    fp8_accumulate_gemms: tuple[tuple[int, int, int, int], ...] = ()
+    """fp8 matrix multiplies that accumulate into ``main_grad`` (as ``accumulate_gemms``, ``accumulate_bytes`` each
+    way), not repeated in the other lists."""
     attention_shape: tuple[int, int, int] = (0, 0, 0)
     """``(query tokens, key tokens, head dim)`` per sequence of the fused attention core, for the GPU
     profile's attention-speed table; zeros when the op has no fused core."""

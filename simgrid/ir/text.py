@@ -241,6 +241,8 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
         _f("gemms", "gemms", _GEMMS, ()),
         _f("accgemms", "accumulate_gemms", _GEMMS, ()),
         _f("acc", "accumulate_bytes", _INT, 0),
+        _f("fp8gemms", "fp8_gemms", _GEMMS, ()),
+        _f("fp8accgemms", "fp8_accumulate_gemms", _GEMMS, ()),
         _f("attnshape", "attention_shape", _GEMM, (0, 0, 0)),
         _f("streams", "gemm_streams", _INT, 1),
         _f("device", "device", _choice(("gpu", "cpu")), "gpu"),

@@ -204,14 +204,18 @@ def _check_compute(
         problems.at(rank, index, op, "kernels, gemm and attnshape sizes must be >= 0")
     if op.gemm_streams < 1:
         problems.at(rank, index, op, f"streams = {op.gemm_streams!r}: GEMM kernels in flight together must be >= 1")
-    if op.accumulate_gemms and op.accumulate_bytes not in (2, 4):
+    accumulating = op.accumulate_gemms or op.fp8_accumulate_gemms
+    if accumulating and op.accumulate_bytes not in (2, 4):
         problems.at(rank, index, op, f"acc = {op.accumulate_bytes!r}: accgemms accumulate into a 16-bit (acc=2) or "
-                    "fp32 (acc=4) buffer")
-    elif op.accumulate_bytes and not op.accumulate_gemms:
+                    "fp32 (acc=4) buffer (fp8accgemms too)")
+    elif op.accumulate_bytes and not accumulating:
         problems.at(rank, index, op, f"acc = {op.accumulate_bytes!r} without accgemms: list the accumulating GEMMs "
-                    "or drop acc=")
-    if op.gemms or op.accumulate_gemms:
-        listed = op.gemms + op.accumulate_gemms
+                    "(accgemms= or fp8accgemms=) or drop acc=")
+    if (op.fp8_gemms or op.fp8_accumulate_gemms) and op.device != "gpu":
+        problems.at(rank, index, op, f"fp8gemms on a device = {op.device} op: fp8 GEMMs run on the GPU's tensor "
+                    "cores; drop fp8gemms= / fp8accgemms=")
+    listed = op.gemms + op.accumulate_gemms + op.fp8_gemms + op.fp8_accumulate_gemms
+    if listed:
         gemm_flops = sum(2.0 * m * n * k * c for m, n, k, c in listed)
         if any(x <= 0 for g in listed for x in g):
             problems.at(rank, index, op, "every gemms entry needs M, N, K and COUNT >= 1")

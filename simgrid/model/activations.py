@@ -69,8 +69,16 @@ def block_activation_bytes(
     cp: int = 1,
     etp: int = 1,
     checkpoint_impl: CheckpointImpl = "reentrant",
+    fp8: bool = False,
 ) -> int:
     """Bytes one sub-block keeps for backward, for one micro-batch on one tensor-parallel rank.
+
+    ``fp8`` (Transformer Engine fp8 autocast, ``Layout.fp8_recipe``; dense sub-blocks without per-op
+    checkpointing): each TE linear saves its fp8 input (or its fp8 transpose), 1 byte per element
+    (``saved_inputmat`` / ``saved_inputmat_t`` in linear.py lines 287-299 at v1.11; LayerNormLinear saves its fp8
+    ``ln_out``, layernorm_linear.py line 318): the QKV, fc1 and fc2 inputs shrink to 1 byte. The out-projection
+    input shrinks too behind an unfused core; behind FlashAttention, whose kernel saves its 16-bit output
+    ``O`` (the same tensor) itself, the fp8 copy is saved beside it (1 byte more).
 
     ``checkpoint_impl`` (``recompute = "full"`` only, :mod:`simgrid.model.early_stop`): ``non-reentrant-modules``
     checkpoints the attention and the MLP modules apart, so each sub-block keeps its norm's input and the
@@ -129,11 +137,17 @@ def block_activation_bytes(
             scores = local_q_heads(model, tp) * b * s * model.seq_length
             # softmax output, dropout mask and dropout output; without dropout the softmax output only.
             core = scores * (2 * d + mask) if has_dropout else scores * d
+        if fp8:
+            saved_o = flash_attention  # the fused core keeps the 16-bit output; the linear adds its fp8 copy
+            replicated -= per_rank_hidden * (d - 1)
+            split += tokens * q_width * (1 if saved_o else 1 - d)
         return replicated + split + core
 
     inner = model.ffn_size // tp
     replicated = per_rank_hidden * (2 * d + mask)  # norm input, first-matrix input, residual-dropout mask
     stored_inner = 3 if model.gated_mlp else 2  # (gate, up,) activation input, second-matrix input
+    if fp8:  # first- and second-matrix inputs saved as fp8
+        return replicated - per_rank_hidden * (d - 1) + tokens * inner * ((stored_inner - 1) * d + 1)
     return replicated + tokens * inner * stored_inner * d
 
 

@@ -96,8 +96,15 @@ def block_tp_collectives(model: ModelSpec, layout: Layout, block: int) -> tuple[
         # expert, split like the dense MLP, talks over the tensor-parallel group.
         return ()
     if sp:
-        return (c("all_gather", "fwd", "before", "input"), c("reduce_scatter", "fwd", "after", "output"),
-                c("all_gather", "bwd", "before", "output-grad"), c("all_gather", "bwd", "before", "input-regather"),
+        # Under fp8 the gathered tensors are Transformer Engine's fp8 ones (1 byte): LayerNormLinear gathers its
+        # fp8 ln_out forward and again for the weight gradient (layernorm_linear.py lines 164 and 457 at v1.11),
+        # Linear casts the output gradient to fp8 before gathering it (module/base.py lines 775-797); the
+        # reduce-scatters carry 16-bit GEMM outputs.
+        gathered = activation // layout.param_bytes if layout.fp8_recipe != "none" and not is_moe_block(model, block) \
+            else activation
+        return (c("all_gather", "fwd", "before", "input", gathered), c("reduce_scatter", "fwd", "after", "output"),
+                c("all_gather", "bwd", "before", "output-grad", gathered),
+                c("all_gather", "bwd", "before", "input-regather", gathered),
                 c("reduce_scatter", "bwd", "after", "input-grad"))
     return (c("all_reduce", "fwd", "after", "output"), c("all_reduce", "bwd", "after", "input-grad"))
 

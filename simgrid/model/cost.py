@@ -18,7 +18,7 @@ from simgrid.model.blocks import block_kind, local_seq_length
 from simgrid.model.comm import TPCollective, block_cp_collectives, block_tp_collectives
 from simgrid.model.early_stop import skipped_by_early_stop
 from simgrid.model.flops import BlockFlops, block_flops
-from simgrid.model.gemms import BlockGemms, Gemm, block_gemms
+from simgrid.model.gemms import BlockGemms, Gemm, block_gemms, fp8_gemm_shapes
 from simgrid.model.kernels import BlockKernels, block_kernels
 from simgrid.model.moe import EPCollective, moe_collectives
 from simgrid.model.params import block_params_on_rank, expert_params_on_rank
@@ -94,6 +94,9 @@ class BlockCost:
     """Matrix multiplies the recompute forward reruns (same rule as ``recompute_flops``)."""
     attention_shape: tuple[int, int, int] = (0, 0, 0)
     """``(query tokens, key tokens, head dim)`` of the fused attention core; zeros without one."""
+    fp8_gemm_shapes: frozenset[tuple[int, int, int]] = frozenset()
+    """``(m, n, k)`` of the GEMMs above that run in fp8 (Transformer Engine's linear layers under
+    ``Layout.fp8_recipe``, :func:`simgrid.model.gemms.fp8_gemm_shapes`); empty: all in the layout's precision."""
     gemms_known: bool = True
     """False when the GEMM lists above are not given (MoE sub-blocks): ops containing the block are priced
     at their representative shape."""
@@ -126,7 +129,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         model, block, micro_batch_size=layout.micro_batch_size, tp=layout.tp,
         sequence_parallel=layout.sequence_parallel, recompute=layout.recompute, dtype_bytes=layout.param_bytes,
         flash_attention=layout.flash_attention, cp=layout.cp, etp=layout.expert_tp,
-        checkpoint_impl=layout.checkpoint_impl,
+        checkpoint_impl=layout.checkpoint_impl, fp8=layout.fp8_recipe != "none",
     )
     # A fused core's FLOPs are priced at the GPU's attention-kernel efficiency (simgrid.costs.compute); the
     # unfused core's batched GEMMs keep the GEMM efficiency plus their s x s operand traffic (kernels.py).
@@ -144,6 +147,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         recompute_gemms=rerun.gemms,
         attention_shape=shape,
         gemms_known=gemms.known,
+        fp8_gemm_shapes=fp8_gemm_shapes(gemms, layout, kind),
         fused_attention_fwd_flops=fused_fwd,
         fused_attention_bwd_flops=fused_bwd,
         fused_attention_recompute_flops=rerun.fused_attention_flops,
@@ -210,8 +214,9 @@ def _rerun(model: ModelSpec, layout: Layout, block: int, kind: str, flops: Block
         skip = skipped_by_early_stop(model, layout, block, kernels)
         re_gemms = gemms.fwd[:-1] if skip.last_gemm else gemms.fwd  # the output projection is listed last
         dropped = sum(2.0 * m * n * k * count for m, n, k, count in gemms.fwd[len(re_gemms):])
-        return _Rerun(rerun_flops - dropped, kernels.fwd_hbm_bytes - skip.hbm_bytes,
-                      kernels.fwd_kernels - skip.kernels, re_gemms, fused_fwd)
+        # Under fp8 the recompute reuses the step's cached fp8 weights (is_first_microbatch is False by then).
+        return _Rerun(rerun_flops - dropped, kernels.fwd_hbm_bytes - skip.hbm_bytes - kernels.fp8_weight_fwd_hbm_bytes,
+                      kernels.fwd_kernels - skip.kernels - kernels.fp8_weight_fwd_kernels, re_gemms, fused_fwd)
     if layout.recompute == "selective":
         return _Rerun(rerun_flops, kernels.core_fwd_hbm_bytes, kernels.core_fwd_kernels, gemms.core_fwd,
                       fused_fwd if transformer else 0.0)

@@ -83,6 +83,26 @@ def wgrad_accumulate_bytes(layout: Layout) -> int:
     return MAIN_GRAD_FP32_BYTES if fp32 else MAIN_GRAD_16BIT_BYTES
 
 
+def fp8_gemm_shapes(gemms: BlockGemms, layout: Layout, kind: str) -> frozenset[tuple[int, int, int]]:
+    """``(m, n, k)`` of the sub-block's GEMMs that run in fp8 under ``layout.fp8_recipe`` (empty without it).
+
+    Megatron-Core's transformer layer spec builds QKV and fc1 as Transformer Engine ``LayerNormLinear``
+    (``TELayerNormColumnParallelLinear``) and the attention output projection and fc2 as TE ``Linear``
+    (``TERowParallelLinear``): megatron/core/models/gpt/gpt_layer_specs.py lines 75-77 and 150-151 at core_r0.9.0.
+    Under ``fp8_autocast`` each runs its forward, input-gradient and weight-gradient GEMM through ``fp8_gemm``
+    (transformer_engine/pytorch/module/linear.py lines 206, 455 and 524 at v1.11; layernorm_linear.py likewise).
+    The vocabulary projection is Megatron's own ``tensor_parallel.ColumnParallelLinear`` (gpt_model.py line 140),
+    the embedding no GEMM, and the attention core (``TEDotProductAttention``) runs in fp8 only with the recipe's
+    ``fp8_dpa``, off by default (transformer_engine/common/recipe/__init__.py line 106): those stay 16-bit. A core
+    GEMM of the same shape as a linear one (never in a real model: it would need head dim = hidden) stays
+    16-bit. MoE sub-blocks list no GEMMs (their expert GEMMs are priced at one 16-bit representative shape)."""
+    if layout.fp8_recipe == "none" or kind not in ("attn", "mlp") or not gemms.known:
+        return frozenset()
+    core = {g[:3] for g in gemms.core_fwd} | ({g[:3] for g in gemms.bwd_input[1:-1]} if kind == "attn" else set())
+    linear = {g[:3] for g in (*gemms.fwd, *gemms.bwd_input, *gemms.bwd_weight)} - core
+    return frozenset(linear)
+
+
 def _linear(tokens: int, h_in: int, h_out: int) -> tuple[Gemm, Gemm, Gemm]:
     """Forward, input-gradient and weight-gradient GEMMs of a ``h_in -> h_out`` linear layer."""
     return (tokens, h_out, h_in, 1), (tokens, h_in, h_out, 1), (h_in, h_out, tokens, 1)

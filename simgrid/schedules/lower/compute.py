@@ -55,7 +55,7 @@ def weight_list_index(c: BlockCost, kind: str) -> int | None:
 
 
 _UnitNumbers = tuple[float, float, int, tuple[int, int, int], float, tuple[Gemm, ...], tuple[int, int, int],
-                     tuple[Gemm, ...], int]
+                     tuple[Gemm, ...], int, tuple[Gemm, ...], tuple[Gemm, ...]]
 
 
 def _merge(gemms: dict[tuple[int, int, int], int]) -> tuple[Gemm, ...]:
@@ -73,9 +73,17 @@ def _merged(lists: tuple[tuple[Gemm, ...], ...]) -> tuple[Gemm, ...]:
     return _merge(shapes)
 
 
+def split_fp8(gemms: tuple[Gemm, ...], fp8: frozenset[tuple[int, int, int]]) -> tuple[tuple[Gemm, ...], tuple[Gemm, ...]]:
+    """``gemms`` as (those in the layout's precision, those whose shape is in ``fp8``), order kept."""
+    if not fp8:
+        return gemms, ()
+    return tuple(g for g in gemms if g[:3] not in fp8), tuple(g for g in gemms if g[:3] in fp8)
+
+
 def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _UnitNumbers:
     """(flops, hbm_bytes, kernels, dominant gemm, fused-attention flops, GEMMs, attention shape, accumulating
-    GEMMs, their buffer's bytes per element) of blocks [start, end), cached: equal for every micro-batch."""
+    GEMMs, their buffer's bytes per element, fp8 GEMMs, fp8 accumulating GEMMs) of blocks [start, end), cached:
+    equal for every micro-batch."""
     cache = ctx.memo["compute"]
     key = (kind, start, end)
     found: _UnitNumbers | None = cache.get(key)
@@ -89,8 +97,11 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
         acc = _merged((lists[w],)) if listed and w is not None else ()
         if w is not None:
             lists = lists[:w] + lists[w + 1:]
-        found = (float(f), float(b), max(1, k), c.gemm_mnk, float(a), _merged(lists) if listed else (),
-                 c.attention_shape if a > 0 else (0, 0, 0), acc, c.wgrad_accumulate_bytes if acc else 0)
+        plain, fp8 = split_fp8(_merged(lists) if listed else (), c.fp8_gemm_shapes)
+        acc, fp8_acc = split_fp8(acc, c.fp8_gemm_shapes)
+        found = (float(f), float(b), max(1, k), c.gemm_mnk, float(a), plain,
+                 c.attention_shape if a > 0 else (0, 0, 0), acc, c.wgrad_accumulate_bytes if acc or fp8_acc else 0,
+                 fp8, fp8_acc)
         cache[key] = found
         return found
     flops = hbm = fused = 0.0
@@ -101,6 +112,7 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
     lists_seen: dict[int, tuple[Gemm, ...]] = {}
     times: dict[int, int] = {}
     accumulating: set[int] = set()  # identities of the weight-gradient lists that accumulate into main_grad
+    fp8_of: dict[int, frozenset[tuple[int, int, int]]] = {}  # each list's shapes that run in fp8
     acc_bytes = 0
     listed = True
     attention_shape = (0, 0, 0)
@@ -119,7 +131,7 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
             if ident in times:
                 times[ident] += 1
             else:
-                lists_seen[ident], times[ident] = gemms, 1
+                lists_seen[ident], times[ident], fp8_of[ident] = gemms, 1, c.fp8_gemm_shapes
         listed = listed and (c.gemms_known or f == a)
         if a > 0:
             attention_shape = c.attention_shape
@@ -127,26 +139,33 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
             dominant, dominant_flops = c.gemm_mnk, f
     shapes: dict[tuple[int, int, int], int] = {}
     acc_shapes: dict[tuple[int, int, int], int] = {}
+    fp8_shapes: dict[tuple[int, int, int], int] = {}
+    fp8_acc_shapes: dict[tuple[int, int, int], int] = {}
     if listed:
         for ident, gemms in lists_seen.items():
-            repeat = times[ident]
+            repeat, in_fp8 = times[ident], fp8_of[ident]
             into = acc_shapes if ident in accumulating else shapes
+            into_fp8 = fp8_acc_shapes if ident in accumulating else fp8_shapes
             for m, n, k_dim, count in gemms:
-                into[(m, n, k_dim)] = into.get((m, n, k_dim), 0) + count * repeat
+                target = into_fp8 if (m, n, k_dim) in in_fp8 else into
+                target[(m, n, k_dim)] = target.get((m, n, k_dim), 0) + count * repeat
     # An op holding a block whose GEMMs are not listed (MoE) lists none: one representative shape prices it.
     found = cache[key] = (float(flops), float(hbm), max(1, kernels), dominant, float(fused),
                           _merge(shapes) if listed else (), attention_shape,
-                          _merge(acc_shapes) if listed else (), acc_bytes if listed and acc_shapes else 0)
+                          _merge(acc_shapes) if listed else (),
+                          acc_bytes if listed and (acc_shapes or fp8_acc_shapes) else 0,
+                          _merge(fp8_shapes) if listed else (), _merge(fp8_acc_shapes) if listed else ())
     return found
 
 
 def compute_op(ctx: LoweringContext, kind: str, stage: int, microbatch: int, start: int, end: int) -> Compute:
     """One compute op of ``kind`` over blocks ``[start, end)`` of ``stage`` with summed costs."""
-    flops, hbm, kernels, gemm, fused, gemms, shape, acc_gemms, acc_bytes = _unit_numbers(ctx, kind, start, end)
+    flops, hbm, kernels, gemm, fused, gemms, shape, acc_gemms, acc_bytes, fp8, fp8_acc = _unit_numbers(ctx, kind, start,
+                                                                                                      end)
     return Compute(kind=kind, stage=stage, microbatch=microbatch, chunk=ctx.chunk_of(stage),  # type: ignore[arg-type]
                    block_start=start, block_end=end, flops=flops, hbm_bytes=hbm, gemm_mnk=gemm, kernels=kernels,
                    attention_flops=fused, gemms=gemms, attention_shape=shape, accumulate_gemms=acc_gemms,
-                   accumulate_bytes=acc_bytes)
+                   accumulate_bytes=acc_bytes, fp8_gemms=fp8, fp8_accumulate_gemms=fp8_acc)
 
 
 def cut_at(ctx: LoweringContext, op: Compute, cuts: Iterable[int]) -> list[Compute]:

@@ -75,7 +75,7 @@ def _async_backward(ctx: LoweringContext, op: Compute, group: str, block: int, l
     flops, hbm, kernels, fused, lists = _block_numbers(c, op.kind)
     prefix = f"tp:s{op.stage}:m{op.microbatch}:{op.kind}:b{op.block_start}:{kind_name}{block}:a"
     label = (f"b{op.block_start}" if ctx.granularity == "block" else f"s{op.stage}") + ":bwd"
-    b = _Builder(ctx, op, group, prefix, label, layers)
+    b = _Builder(ctx, op, group, prefix, label, layers, c.fp8_gemm_shapes)
     inputs = lists[0]
     weights = lists[1] if op.kind == "B" else ()
     dgrad = inputs[-1]

@@ -52,7 +52,7 @@ from simgrid.model.blocks import block_kind
 from simgrid.model.cost import BlockCost
 from simgrid.model.gemms import Gemm, wgrad_accumulate_bytes
 from simgrid.model.moe import is_moe_block
-from simgrid.schedules.lower.compute import _block_numbers, compute_op
+from simgrid.schedules.lower.compute import _block_numbers, compute_op, split_fp8
 from simgrid.schedules.lower.context import LoweringContext, Role
 from simgrid.schedules.lower.instantiate import MicrobatchTemplate
 from simgrid.schedules.lower.tensor_parallel import (
@@ -95,17 +95,21 @@ def _comm_bytes(c: BlockCost, phase: str, label: str) -> int:
 class _Builder:
     """Emits one overlapped pipeline: chunk ops, collectives and waits in issue order."""
 
-    def __init__(self, ctx: LoweringContext, op: Compute, group: str, prefix: str, label: str, layers: int) -> None:
+    def __init__(self, ctx: LoweringContext, op: Compute, group: str, prefix: str, label: str, layers: int,
+                 fp8: frozenset[tuple[int, int, int]] = frozenset()) -> None:
         self.ctx, self.op, self.group, self.prefix, self.label, self.layers = ctx, op, group, prefix, label, layers
         self.ops: list[Op] = []
         self.serial = 0
         self.accumulate_bytes = wgrad_accumulate_bytes(ctx.layout)
+        self.fp8 = fp8
+        """Shapes of the sub-block's GEMMs that run in fp8 (``BlockCost.fp8_gemm_shapes``)."""
 
     def compute(self, flops: float, hbm: float, kernels: int, gemms: tuple[Gemm, ...], attention_flops: float = 0.0,
                 attention_shape: tuple[int, int, int] = (0, 0, 0), accumulate: tuple[Gemm, ...] = (),
-                streams: int = 1) -> None:
+                streams: int = 1, fp8: bool | None = None) -> None:
         """One compute op; ``accumulate``: weight-gradient GEMMs that add into ``main_grad`` (gradient
-        accumulation fusion), not repeated in ``gemms``; ``streams``: chunk GEMMs in flight together."""
+        accumulation fusion), not repeated in ``gemms``; ``streams``: chunk GEMMs in flight together; ``fp8``:
+        whether every GEMM given runs in fp8 (a chunk of a linear's GEMM), ``None``: by shape (``self.fp8``)."""
         if flops <= 0 and hbm <= 0:
             return
         op = self.op
@@ -114,12 +118,20 @@ class _Builder:
         if accumulate and not acc:
             folded += tuple((m, n, k, count * self.layers) for m, n, k, count in accumulate)
         first = gemms or accumulate
+        if fp8 is None:
+            folded, fp8_folded = split_fp8(folded, self.fp8)
+            acc, fp8_acc = split_fp8(acc, self.fp8)
+        elif fp8:
+            folded, fp8_folded, acc, fp8_acc = (), folded, (), acc
+        else:
+            fp8_folded = fp8_acc = ()
         self.ops.append(Compute(kind=op.kind, stage=op.stage, microbatch=op.microbatch, chunk=op.chunk,
                                 block_start=op.block_start, block_end=op.block_end, flops=flops * self.layers,
                                 hbm_bytes=hbm * self.layers, gemm_mnk=first[0][:3] if first else (0, 0, 0),
                                 kernels=max(1, kernels) * self.layers, attention_flops=attention_flops * self.layers,
                                 gemms=folded, attention_shape=attention_shape, accumulate_gemms=acc,
-                                accumulate_bytes=self.accumulate_bytes if acc else 0, gemm_streams=streams))
+                                accumulate_bytes=self.accumulate_bytes if acc or fp8_acc else 0, gemm_streams=streams,
+                                fp8_gemms=fp8_folded, fp8_accumulate_gemms=fp8_acc))
 
     def gemm(self, gemm: Gemm, rows: int | None = None, *, weight: bool = False, splits: int = 1) -> None:
         """One GEMM (``rows`` of its ``m``); ``weight``: a weight-gradient GEMM (accumulates into ``main_grad``
@@ -129,7 +141,7 @@ class _Builder:
         rows = m if rows is None else rows
         one = ((rows, n, k, count),)
         self.compute(2.0 * rows * n * k * count, 0.0, count, () if weight else one, accumulate=one if weight else (),
-                     streams=min(UB_STREAMS, splits))
+                     streams=min(UB_STREAMS, splits), fp8=(m, n, k) in self.fp8)
 
     def issue(self, kind: str, nbytes: float) -> str:
         handle = f"{self.prefix}{self.serial}"
@@ -182,7 +194,7 @@ def _pipeline(ctx: LoweringContext, op: Compute, group: str, block: int, layers:
     prefix = f"tp:s{op.stage}:m{op.microbatch}:{op.kind}:b{op.block_start}:{kind_name}{block}:"
     label = (f"b{op.block_start}" if ctx.granularity == "block" else f"s{op.stage}") + \
         (":recompute" if op.kind == "R" else f":{phase}")
-    b = _Builder(ctx, op, group, prefix, label, layers)
+    b = _Builder(ctx, op, group, prefix, label, layers, c.fp8_gemm_shapes)
     shape = c.attention_shape if fused > 0 else (0, 0, 0)
     if phase == "fwd":
         gemms = lists[0]
