@@ -136,11 +136,12 @@ def test_node_links_match_hardware_reference() -> None:
     assert dgx1.nic_link.bandwidth_GBps == 100 / 8
 
 
-def test_ib_nics_reach_ninety_percent_of_line_rate() -> None:
-    """nccl-tests busbw on HDR/NDR is about 0.9 of line rate (NIC efficiency x fabric efficiency)."""
-    for name in ("dgx-a100-hdr", "dgx-h100-ndr", "hgx-h200-ndr", "hgx-b200"):
+def test_ib_nics_reach_nvidias_published_fraction_of_line_rate() -> None:
+    """nccl-tests busbw over one HDR or NDR NIC is 24 of 25 and 48 of 50 GB/s in NVIDIA's published figures (GTC24
+    S62129, benchmarks/nccl_multinode.py): NIC efficiency x fabric efficiency = 0.96 on every 200/400 Gb/s profile."""
+    for name in ("dgx-a100-hdr", "dgx-a100-40gb-hdr", "dgx-h100-ndr", "hgx-h200-ndr", "hgx-b200", "grand-teton-h100-rdma"):
         spec = load_cluster_spec(name)
-        assert spec.node.nic_link.efficiency * spec.network.efficiency == pytest.approx(0.9)
+        assert spec.node.nic_link.efficiency * spec.network.efficiency == pytest.approx(0.96)
         assert spec.network.topology == "rail-optimized-fat-tree" and spec.network.oversubscription == 1.0
 
 
