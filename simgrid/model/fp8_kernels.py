@@ -61,7 +61,7 @@ class FP8Traffic(NamedTuple):
     weight_fwd_bytes: int
     """Of ``fwd_bytes``, the weights' once-per-step casts (a 1/m share; a recompute does not redo them)."""
     weight_fwd_kernels: int
-    """Of ``fwd_kernels``, those casts' launches (rounded share)."""
+    """Of ``fwd_kernels``, those casts' launches (their 1/m share, rounded up)."""
 
 
 NO_FP8 = FP8Traffic(0, 0, 0, 0, 0, 0)
@@ -121,5 +121,5 @@ def fp8_traffic(model: ModelSpec, layout: Layout, kind: str) -> FP8Traffic:
     weights = fp8_weight_params(model, layout, kind)
     m = layout.num_microbatches
     weight_bytes = (d + 2 + amax) * weights // m
-    weight_k = round(2 * (1 + amax_k) / m)
+    weight_k = -(-2 * (1 + amax_k) // m)  # at least one launch per micro-batch while any is left
     return FP8Traffic(fwd + weight_bytes, bwd, fwd_k + weight_k, bwd_k, weight_bytes, weight_k)

@@ -254,6 +254,8 @@ def test_nic_rate_errors_use_the_toml_key_and_value(tmp_path: Path) -> None:
         ("max_efficiency = 0.8", 'max_efficiency = 0.8\n[sources]\nmemory = "x"',
          r"sources\.memory = 'x' names no field of this profile"),
         ("max_efficiency = 0.8", "max_efficiency = 0.8\ntile_m = 128", r"matmul\.tile_n = 0 must be given together"),
+        ("max_efficiency = 0.8", "max_efficiency = 0.8\nmax_efficiency_fp8 = 1.5",
+         r"matmul\.max_efficiency_fp8 = 1\.5 must be in \(0, 1\]"),
         ("comm_compute_slowdown = 0.1", "comm_compute_slowdown = 0.1\nsm_count = 13.5", r"sm_count = 13\.5 must be an integer"),
         ("comm_compute_slowdown = 0.1", "comm_compute_slowdown = 0.1\nsustained_clock_fraction = 0",
          r"sustained_clock_fraction = 0\.0 must be in \(0, 1\]"),

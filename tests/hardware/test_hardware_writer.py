@@ -57,6 +57,14 @@ def test_node_and_gpu_round_trip(tmp_path: Path) -> None:
     assert load_gpu(write_profile(gpu, tmp_path / "g.toml")) == gpu
 
 
+def test_fp8_matmul_efficiency_round_trips(tmp_path: Path) -> None:
+    """``matmul.max_efficiency_fp8`` is written only where the profile has it, and reads back equal."""
+    gpu = load_gpu("h100-sxm")
+    assert "max_efficiency_fp8 = 0.77" in to_toml(gpu)
+    assert load_gpu(write_profile(gpu, tmp_path / "h.toml")) == gpu
+    assert "max_efficiency_fp8" not in to_toml(load_gpu("a100-80gb-sxm"))
+
+
 def test_nic_rate_is_written_in_gigabits() -> None:
     """The file keeps the datasheet unit: 200 Gb/s HDR, not 25 GB/s."""
     data = tomllib.loads(to_toml(load_cluster_spec("dgx-a100-hdr")))

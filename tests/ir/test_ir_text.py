@@ -80,6 +80,21 @@ def test_accumulating_gemms_round_trip() -> None:
     assert parse_op(line) == w
 
 
+def test_fp8_gemm_lists_round_trip_and_are_left_out_when_empty() -> None:
+    """fp8 GEMMs (Transformer Engine fp8 autocast) are written as fp8gemms= / fp8accgemms= only when the op has
+    some, so program files written before them read back unchanged; a malformed list is a parse error."""
+    b = Compute(kind="B", stage=0, microbatch=0, chunk=0, block_start=1, block_end=2, flops=2.0 * 4 * 5 * 6 * 3,
+                hbm_bytes=0.0, gemms=((4, 5, 6, 1),), fp8_gemms=((4, 5, 6, 1),), fp8_accumulate_gemms=((4, 5, 6, 1),),
+                accumulate_bytes=4)
+    line = format_op(b)
+    assert "fp8gemms=4x5x6x1" in line and "fp8accgemms=4x5x6x1" in line and parse_op(line) == b
+    plain = dataclasses.replace(b, fp8_gemms=(), fp8_accumulate_gemms=(), accumulate_bytes=0)
+    assert "fp8" not in format_op(plain)
+    assert parse_op("F stage=0 mb=0 chunk=0 blocks=1:2 flops=240.0 hbm=0.0 gemms=4x5x6x1").fp8_gemms == ()
+    with pytest.raises(ProgramError, match=r"fp8gemms='4x5' is not valid; expected .*MxNxKxCOUNT"):
+        parse_op("F stage=0 mb=0 chunk=0 blocks=1:2 flops=1.0 hbm=0.0 fp8gemms=4x5")
+
+
 def test_gemm_streams_and_userbuffers_kernel_round_trip() -> None:
     """A TE chunk GEMM in flight with two others (streams=3) and a userbuffers reduce-scatter (kernel=...);
     the defaults (1, nccl) are not written."""

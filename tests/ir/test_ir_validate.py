@@ -192,6 +192,26 @@ def test_compute_sanity() -> None:
     assert "gemms add up to 32.0" not in text  # gemms + accgemms add up: no complaint
 
 
+def test_fp8_gemm_lists() -> None:
+    """fp8 GEMMs count toward the op's FLOPs with the others, fp8accgemms take acc= like accgemms, and a host
+    op cannot list fp8 GEMMs."""
+    p = hybrid_tp_pp()
+    bad = [
+        "F stage=0 mb=0 chunk=0 blocks=1:2 flops=100.0 hbm=0.0 gemms=2x2x2x1 fp8gemms=2x2x2x1",
+        "W stage=0 mb=0 chunk=0 blocks=1:2 flops=16.0 hbm=0.0 fp8accgemms=2x2x2x1",
+        "W stage=0 mb=0 chunk=0 blocks=1:2 flops=32.0 hbm=0.0 gemms=2x2x2x1 fp8accgemms=2x2x2x1 acc=4",
+        "OPT stage=-1 mb=-1 chunk=0 blocks=0:1 flops=16.0 hbm=0.0 fp8gemms=2x2x2x1 device=cpu",
+    ]
+    ranks = [tuple(parse_op(x) for x in bad)] + [p.ranks[r] for r in range(1, 4)]
+    with pytest.raises(ProgramError) as info:
+        validate_program(dataclasses.replace(p, ranks=tuple(ranks)))
+    text = str(info.value)
+    assert "gemms add up to 32.0 FLOPs but flops - attn = 100.0" in text
+    assert "acc = 0: accgemms accumulate into a 16-bit (acc=2) or fp32 (acc=4) buffer (fp8accgemms too)" in text
+    assert "fp8gemms on a device = cpu op" in text
+    assert "op 2 `W" not in text  # 16-bit + fp8 accumulating GEMMs add up, acc=4 given: sound
+
+
 def test_peers_must_be_other_valid_ranks() -> None:
     """A transfer to itself or to a rank outside the world is refused."""
     ops = [send(0, "0>1:F:0", "a"), recv(7, "0>1:F:0", "b")]

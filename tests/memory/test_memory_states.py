@@ -137,3 +137,21 @@ def test_fp32_reduce_dtype_in_fp32_training_changes_nothing() -> None:
     plain = Layout(dp=4, zero=1, global_batch_size=4, precision="fp32")
     assert state_bytes_per_param(plain) == state_bytes_per_param(Layout(dp=4, zero=1, global_batch_size=4,
                                                                          precision="fp32", reduce_dtype="fp32"))
+
+
+def test_fp8_caches_each_te_linear_weight_and_its_transpose() -> None:
+    """Under fp8 each dense transformer sub-block holds its two TE linears' fp8 weights and transposes (2 bytes per
+    parameter, whole on every rank even under ZeRO); the embedding and the head (16-bit) hold none."""
+    from simgrid.model.fp8_kernels import fp8_weight_params
+
+    model = get_model("llama2-7b")
+    plain = Layout(tp=2, dp=2, zero=1, global_batch_size=4)
+    fp8 = Layout(tp=2, dp=2, zero=1, global_batch_size=4, fp8_recipe="current")
+    h, qkv, ffn = 4096, 3 * 4096 // 2, 11008 // 2
+    assert fp8_weight_params(model, fp8, "attn") == h * qkv + (h // 2) * h
+    assert fp8_weight_params(model, fp8, "mlp") == h * 2 * ffn + ffn * h
+    for block, kind in ((1, "attn"), (2, "mlp")):
+        extra = block_state_bytes(model, fp8, block).weights_bytes - block_state_bytes(model, plain, block).weights_bytes
+        assert extra == 2 * fp8_weight_params(model, fp8, kind)
+    for block in (0, 2 * model.num_layers + 1):
+        assert block_state_bytes(model, fp8, block) == block_state_bytes(model, plain, block)

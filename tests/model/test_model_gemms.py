@@ -113,3 +113,20 @@ def test_fusion_needs_megatron_main_grad() -> None:
         Layout(tp=2, tp_impl="dtensor", grad_accumulation_fusion=True)
     with pytest.raises(LayoutError, match="grad_accumulation_fusion = 1 must be true or false"):
         Layout(grad_accumulation_fusion=1)  # type: ignore[arg-type]
+
+
+# -- fp8 (Transformer Engine's linear layers) -------------------------------------------------------------------
+@pytest.mark.parametrize("flash", [True, False])
+def test_fp8_runs_the_te_linears_and_nothing_else(flash: bool) -> None:
+    """Under fp8 the QKV, out-projection, fc1 and fc2 GEMMs (forward, input and weight gradient) are fp8; the
+    unfused attention core's batched GEMMs, the head and the embedding stay 16-bit; nothing is fp8 without it."""
+    model = get_model("llama2-7b")
+    layout = Layout(tp=2, global_batch_size=2, flash_attention=flash, fp8_recipe="delayed")
+    attn, mlp, head = (block_cost(model, layout, b) for b in (1, 2, num_model_blocks(model) - 1))
+    attn_g = block_gemms(model, layout, 1)
+    linear = {attn_g.fwd[0], attn_g.fwd[-1], *attn_g.bwd_weight, attn_g.bwd_input[0], attn_g.bwd_input[-1]}
+    assert attn.fp8_gemm_shapes == {g[:3] for g in linear}
+    assert not attn.fp8_gemm_shapes & {g[:3] for g in attn_g.core_fwd}
+    assert mlp.fp8_gemm_shapes == {g[:3] for g in (*mlp.fwd_gemms, *mlp.bwd_input_gemms, *mlp.bwd_weight_gemms)}
+    assert head.fp8_gemm_shapes == frozenset() and block_cost(model, layout, 0).fp8_gemm_shapes == frozenset()
+    assert block_cost(model, dataclasses.replace(layout, fp8_recipe="none"), 1).fp8_gemm_shapes == frozenset()

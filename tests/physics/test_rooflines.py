@@ -3,10 +3,11 @@ any resource's busy time.
 
 Each case draws (seeded) a model preset cut to a few layers, a cluster and a layout (tp, pp, vpp, dp, cp,
 ZeRO stage, micro-batch size and count, schedule, recompute, sequence parallelism, FlashAttention and its
-kernel, fused or eager element-wise kernels). In every simulated trace:
+kernel, fused or eager element-wise kernels); a further set on the fp8 GPUs (H100, H200) adds Transformer
+Engine fp8 (delayed or current scaling). In every simulated trace:
 
-* a compute op lasts at least its FLOPs at the dtype's peak and its memory-bound bytes at the HBM line rate
-  (the two ceilings of the roofline; Williams, Waterman & Patterson 2009);
+* a compute op lasts at least its FLOPs at the dtype's peak (its fp8 GEMMs' at the fp8 peak) and its
+  memory-bound bytes at the HBM line rate (the two ceilings of the roofline; Williams, Waterman & Patterson 2009);
 * a collective over ``n`` ranks moves at least ``(n - 1) / n`` of its bytes in or out of each member (the
   reduce-scatter / all-gather lower bound, which in-switch reduction does not beat either), at most at the
   sum of the GPU's NVLink, NIC share and PCIe line rates; a send or receive moves its bytes at most at the
@@ -33,6 +34,9 @@ from simgrid.simulation import simulate
 MODELS = ("gpt2-small", "megatron-1.7b", "llama2-7b", "llama3-8b", "gpt3-175b")
 CLUSTERS = ("dgx-a100-hdr", "dgx-h100-ndr", "hgx-h200-ndr", "dgx-a100-40gb-hdr", "dgx1-v100-edr", "rtx4090-10gbe")
 CASES = 240
+FP8_CASES = 40
+"""Extra cases, drawn after the others, on the fp8 clusters with an fp8 recipe."""
+FP8_CLUSTERS = ("dgx-h100-ndr", "hgx-h200-ndr")
 TOL = 1e-9
 
 
@@ -75,6 +79,13 @@ def _cases() -> list[tuple[object, str, Layout]]:
         case = _draw(rng)
         if case is not None:
             out.append(case)
+    fp8 = 0
+    while fp8 < FP8_CASES:
+        case = _draw(rng)
+        if case is not None and case[1] in FP8_CLUSTERS:
+            recipe = ("delayed", "current")[fp8 % 2]
+            out.append((case[0], case[1], dataclasses.replace(case[2], fp8_recipe=recipe)))
+            fp8 += 1
     return out
 
 
@@ -99,10 +110,12 @@ def test_no_op_beats_its_roofline_and_no_stream_outlasts_the_step(chunk: int) ->
         result = simulate(model, cluster, layout)  # type: ignore[arg-type]
         gpu = load_cluster(cluster, gpus=layout.world_size).gpu
         peak = gpu.peak_flops(layout.precision)
+        peak_fp8 = gpu.peak_tflops.get("fp8", 0.0) * 1e12
         hbm = gpu.hbm_bandwidth_GBps * 1e9
         total_rate, best_rate = _link_rates_Bps(cluster, layout.world_size)
         step = result.metrics.step_time_s
         where = f"{model.name} (L={model.num_layers}, s={model.seq_length}) on {cluster}: {layout}"  # type: ignore[attr-defined]
+        fp8_ops = 0
         for rank in result.trace.ranks():
             busy: dict[str, float] = defaultdict(float)
             for row in result.trace.rows_of(rank):
@@ -111,7 +124,10 @@ def test_no_op_beats_its_roofline_and_no_stream_outlasts_the_step(chunk: int) ->
                 busy[row.stream] += row.duration_s
                 op = _op(row)
                 if isinstance(op, Compute) and op.device == "gpu":
-                    floor = max(op.flops / peak, op.hbm_bytes / hbm)
+                    fp8_flops = sum(2.0 * m * n * k * c for m, n, k, c in op.fp8_gemms + op.fp8_accumulate_gemms)
+                    tensor = (op.flops - fp8_flops) / peak + (fp8_flops / peak_fp8 if fp8_flops else 0.0)
+                    floor = max(tensor, op.hbm_bytes / hbm)
+                    fp8_ops += bool(fp8_flops)
                     assert row.duration_s >= floor * (1 - TOL), f"{where}: {op} ran in {row.duration_s} < {floor}"
                 elif isinstance(op, Collective):
                     n = len(result.program.groups[op.group])
@@ -123,3 +139,4 @@ def test_no_op_beats_its_roofline_and_no_stream_outlasts_the_step(chunk: int) ->
                     assert row.duration_s >= floor * (1 - TOL), f"{where}: {op} ran in {row.duration_s} < {floor}"
             for stream, seconds in busy.items():
                 assert seconds <= step * (1 + TOL), f"{where}: rank {rank} stream {stream} busy {seconds} > step {step}"
+        assert (fp8_ops > 0) == (layout.fp8_recipe != "none"), f"{where}: {fp8_ops} ops with fp8 GEMMs"

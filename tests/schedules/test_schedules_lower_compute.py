@@ -215,3 +215,40 @@ def test_fsdp2_programs_accumulate_nothing() -> None:
     """FSDP2 (zero 3): autograd writes fresh gradients; no op accumulates into a buffer."""
     program = build_program(TINY, Layout(dp=2, zero=3, zero_impl="fsdp2", reduce_dtype="fp32", global_batch_size=4))
     assert not any(isinstance(o, Compute) and (o.accumulate_gemms or o.accumulate_bytes) for o in program.ranks[0])
+
+
+# -- fp8: the TE linears' GEMMs go to fp8_gemms / fp8_accumulate_gemms, in every pass that builds compute ops -----
+def _fp8_flops_expected(layout: Layout, op: Compute) -> float:
+    """FLOPs of the op's blocks' GEMMs whose shapes the block cost marks fp8, by compute kind."""
+    total = 0.0
+    for block in range(op.block_start, op.block_end):
+        c = block_cost(TINY, layout, block)
+        lists = {"F": c.fwd_gemms, "R": c.recompute_gemms, "B": c.bwd_input_gemms + c.bwd_weight_gemms,
+                 "I": c.bwd_input_gemms, "W": c.bwd_weight_gemms}[op.kind]
+        total += _gemm_flops(tuple(g for g in lists if g[:3] in c.fp8_gemm_shapes))
+    return total
+
+
+@pytest.mark.parametrize(("granularity", "layout"), _FUSION_LAYOUTS)
+def test_fp8_moves_exactly_the_te_linear_gemms_into_the_fp8_lists(granularity: str, layout: dict[str, object]) -> None:
+    """Every op's fp8 GEMM FLOPs are its blocks' TE-linear GEMM FLOPs (the unfused core and the head stay 16-bit),
+    every op keeps its FLOPs and its whole GEMM list, accumulation (gradient fusion) is kept apart from the rest,
+    and the program validates."""
+    fp8_layout = Layout(fp8_recipe="delayed", grad_accumulation_fusion=True, **layout)  # type: ignore[arg-type]
+    plain_layout = dataclasses.replace(fp8_layout, fp8_recipe="none")
+    fp8 = build_program(TINY, fp8_layout, granularity=granularity)  # type: ignore[arg-type]
+    plain = build_program(TINY, plain_layout, granularity=granularity)  # type: ignore[arg-type]
+    validate_program(fp8)
+    ops = [o for o in fp8.ranks[0] if isinstance(o, Compute) and o.device == "gpu"]
+    before = [o for o in plain.ranks[0] if isinstance(o, Compute) and o.device == "gpu"]
+    got = sum(_gemm_flops(o.fp8_gemms + o.fp8_accumulate_gemms) for o in ops)
+    parents = {(o.kind, o.microbatch, o.block_start, o.block_end): o for o in before if o.kind != "OPT"}
+    expected = sum(_fp8_flops_expected(fp8_layout, o) for o in parents.values())
+    assert got > 0 and got == pytest.approx(expected)
+    assert all(not o.fp8_accumulate_gemms for o in ops if o.kind not in ("B", "W"))
+    assert any(o.fp8_accumulate_gemms for o in ops) and any(o.gemms for o in ops)  # the head's and the core's
+    all_gemms = [o.gemms + o.accumulate_gemms + o.fp8_gemms + o.fp8_accumulate_gemms for o in ops]
+    assert sum(map(_gemm_flops, all_gemms)) == pytest.approx(sum(_gemm_flops(o.gemms + o.accumulate_gemms)
+                                                                 for o in before))
+    assert sum(o.flops for o in ops) == pytest.approx(sum(o.flops for o in before))
+    assert not any(o.fp8_gemms or o.fp8_accumulate_gemms for o in before)
