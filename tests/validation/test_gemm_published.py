@@ -20,14 +20,15 @@ def _load() -> ModuleType:
 def test_points_are_well_formed_and_sourced() -> None:
     """Positive shapes and rates, a known dtype, regime, status and shape class, a profile that loads, a measured
     rate below the profile's dense peak, a source naming where the number is read, and a caveat exactly when
-    the point is not a headline point; at least 20 points, 10 of them headline."""
+    the point is not a headline point; at least 20 points, 10 of them headline; fp8 points write an fp8 output."""
     data = _load().POINTS
     module = load_benchmark("gemm_published_data", "gemm_published_data_module")
     assert len(data) >= 20
     assert sum(p.status == "headline" for p in data) >= 10
     for p in data:
         assert min(p.m, p.n, p.k) > 0 and p.tflops > 0, p
-        assert p.dtype in ("bf16", "fp16") and p.regime in module.REGIMES and p.status in module.STATUSES, p
+        assert p.dtype in ("bf16", "fp16", "fp8") and p.regime in module.REGIMES and p.status in module.STATUSES, p
+        assert (p.out_bytes == 1) == (p.dtype == "fp8"), p  # mamf-finder's fp8 runs write fp8; the rest the default
         assert module.shape_class(p) in module.CLASSES
         assert p.tflops < load_gpu(p.profile).peak_flops(p.dtype) / 1e12, p
         assert len(p.source) > 40 and any(ch.isdigit() for ch in p.source), p
