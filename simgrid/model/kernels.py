@@ -35,7 +35,7 @@ from typing import NamedTuple
 from simgrid.layout.spec import Layout
 from simgrid.model.activations import MASK_BYTES, SOFTMAX_STATS_BYTES, uses_dropout
 from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_seq_length, local_vocab
-from simgrid.model.fp8_kernels import fp8_traffic
+from simgrid.model.fp8_kernels import NO_FP8, FP8Traffic, fp8_traffic
 from simgrid.model.moe import is_moe_block, moe_traffic
 from simgrid.model.params import mlp_in_width, qkv_width
 from simgrid.model.spec import ModelSpec
@@ -183,13 +183,11 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
         if bias:
             bwd += tokens * qkv_width(model, tp) * d + hidden
             bwd_k += 2
-        f8 = fp8_traffic(model, layout, kind)
-        return BlockKernels(fwd_hbm_bytes=fwd + f8.fwd_bytes, bwd_hbm_bytes=bwd + f8.bwd_bytes,
-                            fwd_kernels=fwd_k + f8.fwd_kernels, bwd_kernels=bwd_k + f8.bwd_kernels,
-                            gemm_mnk=(tokens, qkv_width(model, tp), h), core_fwd_hbm_bytes=core.fwd_bytes,
-                            core_fwd_kernels=core.fwd_kernels, residual_fwd_hbm_bytes=residual_fwd,
-                            norm_fwd_hbm_bytes=norm_fwd, norm_fwd_kernels=1,
-                            fp8_weight_fwd_hbm_bytes=f8.weight_fwd_bytes, fp8_weight_fwd_kernels=f8.weight_fwd_kernels)
+        return _with_fp8(BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k, bwd_kernels=bwd_k,
+                                      gemm_mnk=(tokens, qkv_width(model, tp), h), core_fwd_hbm_bytes=core.fwd_bytes,
+                                      core_fwd_kernels=core.fwd_kernels, residual_fwd_hbm_bytes=residual_fwd,
+                                      norm_fwd_hbm_bytes=norm_fwd, norm_fwd_kernels=1),
+                         fp8_traffic(model, layout, kind))
 
     if is_moe_block(model, block):
         moe = moe_traffic(model, layout, dropout_mask_bytes=MASK_BYTES if dropout else 0)
@@ -203,12 +201,22 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
     if bias:
         bwd += tokens * mlp_in_width(model, tp) * d + hidden
         bwd_k += 2
-    f8 = fp8_traffic(model, layout, kind)
-    return BlockKernels(fwd_hbm_bytes=fwd + f8.fwd_bytes, bwd_hbm_bytes=bwd + f8.bwd_bytes,
-                        fwd_kernels=fwd_k + f8.fwd_kernels, bwd_kernels=bwd_k + f8.bwd_kernels,
-                        gemm_mnk=(tokens, mlp_in_width(model, tp), h), residual_fwd_hbm_bytes=residual_fwd,
-                        norm_fwd_hbm_bytes=norm_fwd, norm_fwd_kernels=1,
-                        fp8_weight_fwd_hbm_bytes=f8.weight_fwd_bytes, fp8_weight_fwd_kernels=f8.weight_fwd_kernels)
+    return _with_fp8(BlockKernels(fwd_hbm_bytes=fwd, bwd_hbm_bytes=bwd, fwd_kernels=fwd_k, bwd_kernels=bwd_k,
+                                  gemm_mnk=(tokens, mlp_in_width(model, tp), h), residual_fwd_hbm_bytes=residual_fwd,
+                                  norm_fwd_hbm_bytes=norm_fwd, norm_fwd_kernels=1),
+                     fp8_traffic(model, layout, kind))
+
+
+def _with_fp8(kernels: BlockKernels, f8: FP8Traffic) -> BlockKernels:
+    """A dense sub-block's kernels plus Transformer Engine's fp8 casts (:mod:`simgrid.model.fp8_kernels`)."""
+    if f8 == NO_FP8:
+        return kernels
+    return dataclasses.replace(kernels, fwd_hbm_bytes=kernels.fwd_hbm_bytes + f8.fwd_bytes,
+                               bwd_hbm_bytes=kernels.bwd_hbm_bytes + f8.bwd_bytes,
+                               fwd_kernels=kernels.fwd_kernels + f8.fwd_kernels,
+                               bwd_kernels=kernels.bwd_kernels + f8.bwd_kernels,
+                               fp8_weight_fwd_hbm_bytes=f8.weight_fwd_bytes,
+                               fp8_weight_fwd_kernels=f8.weight_fwd_kernels)
 
 
 #: PyTorch-eager bytes per element of torchtitan's RMSNorm (``_norm(x.float()).type_as(x) * weight``,
