@@ -27,182 +27,20 @@ Considered and not used are listed in :data:`EXCLUDED` with the reason.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
-from simgrid.layout.spec import Precision, RecomputePolicy
+from devrow import (  # noqa: F401  (re-exported: the harness and tests import them from here)
+    DEV_MAE_TARGET,
+    DEV_ROW_TOLERANCE,
+    DEV_SIGNED_TARGET,
+    HALF_PEAK,
+    DevRow,
+    MetricKind,
+    Source,
+    megatron_core_flops_per_step,
+)
+from nemo_2407_data import NEMO_2407, NEMO_2407_ROWS  # noqa: F401
+
 from simgrid.model.presets import MEGATRON_H100_SHAPES
-from simgrid.model.spec import ModelSpec
-
-MetricKind = Literal["tokens_per_s_per_gpu", "model_tflops_per_gpu"]
-"""How a source states its throughput: tokens per second per GPU, or model TFLOP/s per GPU under the
-source's own FLOP count (converted to tokens/s with that count, never with the simulator's)."""
-
-DEV_ROW_TOLERANCE = 0.10
-"""Issue 12: every dev row within 10 %."""
-DEV_MAE_TARGET = 0.05
-"""Issue 12: mean absolute error over the whole dev set at most 5 %."""
-DEV_SIGNED_TARGET = 0.02
-"""Issue 12: mean signed error within +-2 % (no systematic optimism)."""
-HALF_PEAK = 0.5
-"""The naive estimate the issue compares with: every executed FLOP at half of the GPU's dense peak."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Source:
-    """Where a published figure comes from."""
-
-    document: str
-    """Document (repository file or page)."""
-    section: str
-    """Table, figure or section inside it."""
-    url: str
-    """Address (pinned to a commit where the document lives in a repository)."""
-    version: str
-    """Software versions and the date the figure was published."""
-
-    @property
-    def label(self) -> str:
-        """Short citation for a table cell."""
-        return f"{self.document}, {self.section}"
-
-
-@dataclass(frozen=True, kw_only=True)
-class DevRow:
-    """One published training run: its layout, its recipe and its throughput."""
-
-    id: str
-    """Row id (``--rows`` accepts it)."""
-    source: Source
-    """Where the figure is published."""
-    gpu: str
-    """GPU as the source names it (``H100``, ``A100``)."""
-    cluster: str
-    """Cluster profile the row is simulated on."""
-    model: str
-    """Model preset (shape as the source's model)."""
-    seq_length: int
-    """Tokens per sequence in the run (replaces the preset's when different)."""
-    dp: int
-    """Data-parallel (or FSDP shard) degree."""
-    tp: int = 1
-    """Tensor-parallel degree."""
-    pp: int = 1
-    """Pipeline-parallel degree."""
-    cp: int = 1
-    """Context-parallel degree."""
-    vpp: int = 1
-    """Model chunks per pipeline rank (interleaved 1F1B when > 1)."""
-    zero: int = 0
-    """ZeRO stage (3 for FSDP full sharding, 1 for Megatron's distributed optimizer)."""
-    zero_impl: str | None = None
-    """Framework of the ZeRO implementation (``fsdp2``, ``megatron``); passed to the layout when the layout
-    has a ``zero_impl`` setting (issue 12 item 3), recorded otherwise."""
-    reduce_dtype: str = "param"
-    """Gradient reduce dtype (``Layout.reduce_dtype``): ``fp32`` where the source's FSDP2 sets
-    ``MixedPrecisionPolicy(reduce_dtype=torch.float32)`` (torchtitan) or, with ZeRO 0-2, where Megatron-LM keeps
-    fp32 ``main_grad`` buffers (bf16 runs), ``param`` (PyTorch's default) else."""
-    micro_batch: int
-    """Sequences per micro-batch per data-parallel rank."""
-    global_batch: int
-    """Sequences per optimizer step."""
-    recompute: RecomputePolicy = "none"
-    """Activation recomputation the simulator runs."""
-    sequence_parallel: bool = False
-    """Megatron sequence parallelism (or torchtitan's sequence-parallel norms) with tp > 1."""
-    tp_comm_overlap: bool = False
-    """Megatron-Core ``--tp-comm-overlap`` (Transformer Engine's chunked TP overlap; Layout.tp_comm_overlap)."""
-    tp_impl: str = "megatron"
-    """Tensor-parallel implementation (Layout.tp_impl): ``dtensor`` for torchtitan's DTensor TP on ``[b, s, h]``
-    activations (a chunk + cat copy per sequence-parallel collective), ``megatron`` else."""
-    checkpoint_impl: str = "reentrant"
-    """How full activation checkpointing reruns a layer (Layout.checkpoint_impl): ``non-reentrant`` for
-    torch.utils.checkpoint around each whole block (torchtitan), ``non-reentrant-modules`` for the attention and
-    MLP modules wrapped apart (NeMo AutoModel with torch.compile), ``reentrant`` (Megatron-LM) else."""
-    overlap_param_gather: bool = False
-    """Megatron-Core ``--overlap-param-gather`` (ZeRO-1 parameter gathers in the next step's forward;
-    Layout.overlap_param_gather). Rows with ``zero_impl = "megatron"`` also take Megatron-Core's gradient
-    buckets (``Layout.bucket_policy = "megatron"``)."""
-    flash_attention: bool = True
-    """Fused attention (FlashAttention / cuDNN / SDPA flash backend)."""
-    attention_kernel: str = "auto"
-    """Fused-attention kernel family the framework runs (``fa2``: PyTorch SDPA's flash backend, which
-    SDPA picks first on H100 — pytorch/pytorch issue 142132, Dec 2024 nightly: SDPA at 329 TFLOP/s where
-    cuDNN and FA3 reach 631; ``auto``: the GPU profile's default, cuDNN/FA3-class on H100 as Transformer
-    Engine runs it)."""
-    kernel_fusion: str = "fused"
-    """Element-wise kernels between the GEMMs (Layout.kernel_fusion): ``fused`` for Transformer Engine and
-    torch.compile, ``eager`` for PyTorch eager, ``eager-fused-norm`` for eager with torchtitan's fused RMSNorm."""
-    precision: Precision = "bf16"
-    """Compute precision of everything outside the fp8 GEMMs (and of the parameters)."""
-    fp8_recipe: str = "none"
-    """Transformer Engine fp8 autocast over the transformer layers' linear layers (``Layout.fp8_recipe``):
-    ``delayed`` (``DelayedScaling``, NeMo's "FP8" until 25.04), ``current`` (``Float8CurrentScaling``, NeMo's
-    "FP8-CS"), ``none`` (every GEMM in ``precision``). Passed to the layout when the layout has the setting
-    (session 12, helper fp8core); a row with an fp8 recipe is not simulated without it."""
-    bucket_size_MB: float | None = None
-    """Gradient bucket size in MB (``Layout.bucket_size_MB``; ``None``: the layout's default), where the source's
-    optimizer buckets by size (NeMo's apex DistributedFusedAdam ``bucket_cap_mb``)."""
-    tp_async_grad_comm: bool = False
-    """``Layout.tp_async_grad_comm``: the backward's tensor-parallel collectives issued asynchronously beside the
-    weight-gradient GEMM (Transformer Engine's ``async_op=True`` path when userbuffers overlap is off)."""
-    grad_accumulation_fusion: bool | None = None
-    """``Layout.grad_accumulation_fusion`` (``None``: on for Megatron-Core rows, ``zero_impl = "megatron"``, off
-    else)."""
-    metric: MetricKind
-    """What the source reports."""
-    published: float
-    """The figure as a number, in the unit of ``metric``."""
-    published_text: str
-    """The figure exactly as printed, with its unit."""
-    conversion: str
-    """How the figure becomes tokens per second per GPU."""
-    recipe: str
-    """The recipe as the source states it (precision, recompute, compile, overlap, batch)."""
-    assumed: tuple[str, ...] = ()
-    """Settings the source leaves unstated and the values this row assumes."""
-    deviations: tuple[str, ...] = ()
-    """Where the simulated layout or hardware differs from the source's (the simulator cannot express it)."""
-    not_expressible: str = ""
-    """Why the row cannot be simulated at all (empty: it is simulated)."""
-    cross_entropy: str = "fused"
-    """The loss implementation (``Layout.cross_entropy``): ``unfused`` where the source's code calls
-    ``F.cross_entropy`` on an fp32 copy of the logits (torchtitan), ``fused`` (Megatron-Core's kernel) else."""
-    optimizer_impl: str = "fused"
-    """The optimizer step's implementation (``Layout.optimizer_impl``): ``foreach`` where the source's code calls
-    ``torch.optim.AdamW(foreach=True)`` (torchtitan before Feb 2025), ``fused`` (FusedAdam, fused=True) else."""
-    published_memory_GiB: float | None = None
-    """Peak memory per GPU as the source prints it, GiB (``None``: the source publishes none); what it measures
-    is in ``memory_definition``."""
-    memory_definition: str = ""
-    """What the published memory figure is and where the source's code measures it."""
-
-    @property
-    def gpus(self) -> int:
-        """GPUs in the run."""
-        return self.dp * self.tp * self.pp * self.cp
-
-    @property
-    def tokens_per_step(self) -> int:
-        """Tokens per optimizer step over the whole run."""
-        return self.global_batch * self.seq_length
-
-
-# -- FLOP conventions of the sources (written out from each source's code, not from simgrid) ----------------
-def megatron_core_flops_per_step(spec: ModelSpec, global_batch: int) -> float:
-    """Model FLOPs of one step as Megatron-Core r0.8.0 counts them (``num_floating_point_operations`` in
-    megatron/training/training.py, tag core_r0.8.0):
-    ``12 B s L h^2 [ (1 + g/a + s/h) q + (f/h) e m + V / (2 L h) ]`` with g/a the key-value groups per
-    head, q = (heads * head dim) / h, e = experts routed to (1 for dense), m = 3/2 for SwiGLU; forward and
-    backward (factor 3), causal attention counted in full, recompute not counted.
-    """
-    b, s, layers, h = global_batch, spec.seq_length, spec.num_layers, spec.hidden_size
-    groups_per_head = spec.kv_heads / spec.num_heads
-    query_ratio = spec.num_heads * (h // spec.num_heads) / h
-    gated = 1.5 if spec.gated_mlp else 1.0
-    return 12.0 * b * s * layers * h * h * (
-        (1 + groups_per_head + s / h) * query_ratio + (spec.ffn_size / h) * gated + spec.vocab_size / (2 * layers * h)
-    )
-
 
 # -- sources ------------------------------------------------------------------------------------------------
 MEGATRON_README = Source(
@@ -254,105 +92,6 @@ _COMPILE = ("torch.compile: simulated as kernel_fusion 'fused' (its fused elemen
             "Transformer Engine's, not measured per kernel)")
 _TITAN_RECIPE = ("bf16 params, fp32 gradient reduce-scatter (torchtitan mixed_precision_reduce default); "
                  "SDPA flash attention; FSDP2 reshard after forward")
-
-NEMO_2407 = Source(
-    document="NeMo docs/source/performance/performance_summary.md",
-    section="Pretraining table (FP8, container NeMo 24.07, DGX-H100)",
-    url="https://github.com/NVIDIA/NeMo/blob/9c5c5e9709407d3511005fc966e45374998bb478/docs/source/performance/"
-        "performance_summary.md",
-    version="NeMo 24.07 container; table of commit 9c5c5e9 (2024-09-09, '24.07 perf numbers'), the figures that "
-            "replaced the 'vboost numbers' of ccef6aa (2024-08-22); recipes read from NeMo-Framework-Launcher tag "
-            "24.07 (commit 8325688): launcher_scripts/conf/training/<model>.yaml, conf/config.yaml and "
-            "examples/training/*/h100/*fp8*.sh",
-)
-_LAUNCHER = "NeMo-Framework-Launcher 24.07 launcher_scripts/conf"
-_NEMO_2407_ASSUMED = (
-    "fp8 recipe: Transformer Engine delayed scaling (DelayedScaling, the only recipe TE had in 2024), HYBRID "
-    "format (E4M3 forward, E5M2 gradients): the table says only 'FP8'; the launcher's fp8 examples set "
-    "training.model.fp8=true (+ fp8_hybrid=True for Llama), the training configs amax_history_len 1024 / 'max' "
-    "(GPT-3, Llama 3) or 1 / 'most_recent' (Llama 2)",
-    "everything the table does not state is the launcher's training config of that model at tag 24.07 plus the "
-    "overrides of its H100 fp8 example script: no activation recompute (activations_checkpoint_granularity null), "
-    "Transformer Engine layers, gradient_accumulation_fusion true, optimizer distributed_fused_adam with "
-    "overlap_grad_sync and overlap_param_sync true and bucket_cap_mb of the config, and grad_sync_dtype=bf16 "
-    "(every fp8 example script: 16-bit gradient reduce-scatter)",
-    f"attention: Transformer Engine's flash-attn (FA2) backend, not cuDNN: {_LAUNCHER}/config.yaml line 72 sets "
-    "env NVTE_FUSED_ATTN=0 for every training job ('Disable cudnn FA until we've tested it more'); "
-    "NCCL_NVLS_ENABLE=0 (line 70), CUDA_DEVICE_MAX_CONNECTIONS=1 (nemo_launcher/core/stages.py lines 566-574)",
-    "cluster: DGX H100 with NDR InfiniBand (the table names the system DGX-H100)",
-    "Transformer Engine v1.8 as the container's (its version is not in the sources read): with TP and without "
-    "userbuffers (the GPT-3 175B rows) the backward's sequence-parallel collectives run asynchronously beside the "
-    "weight-gradient GEMMs (module/layernorm_linear.py lines 444, 564-565; layernorm_mlp.py 630, 919-920), "
-    "simulated as tp_async_grad_comm",
-)
-_NEMO_VBOOST = ("clocks: the published figures are runs with vboost ('nvidia-smi boost-slider --vboost 1', which "
-                "shifts power from memory to the SMs; NeMo commit ccef6aa '24.07 vboost numbers' moved the table "
-                "by -3 to +7 %); the simulator's H100 runs at its profile's sustained clock, vboost not modelled")
-_NEMO_DISTOPT = ("optimizer: NeMo's apex DistributedFusedAdam (distributed_fused_adam) is simulated as ZeRO-1 with "
-                 "overlapped gradient reduce-scatter and next-step parameter all-gather in PyTorch-DDP-style buckets "
-                 "of the config's bucket_cap_mb; apex's own bucket order and its sharded gradient buffer (ZeRO-2 "
-                 "memory) are not modelled")
-_NEMO_VOCAB_PAD = ("vocabulary: NeMo pads it to a multiple of 128 x TP (Llama 2 32000 -> 32256, Llama 3 128256 -> "
-                   "128512 at TP 4); the preset keeps the unpadded size (< 0.5 % of the step's FLOPs)")
-
-# (id suffix, model, seq, GPUs, GBS, MBS, TP, PP, CP, VP, tokens/s/GPU, model TFLOP/s/GPU as printed,
-#  launcher training config, fp8 example script, sequence parallel, ub_tp_comm_overlap, bucket_cap_mb)
-# Table columns from NeMo 9c5c5e9; sp / ub / bucket read from the config at 24.07 (line numbers in the recipe).
-_NEMO_2407_ROWS: tuple[tuple[str, str, int, int, int, int, int, int, int, int, float, str, str, str, bool, bool,
-                             float], ...] = (
-    ("gpt3-5b", "nemo-gpt3-5b", 2048, 64, 2048, 4, 1, 1, 1, 1, 23406, "765",
-     "training/gpt3/5b.yaml (sequence_parallel line 106, ub_tp_comm_overlap 149, bucket_cap_mb 171)",
-     "gpt/h100/5b_fp8_8node.sh", False, False, 400),
-    ("gpt3-20b", "nemo-gpt3-20b", 2048, 64, 256, 2, 2, 1, 1, 1, 5851, "750",
-     "training/gpt3/20b.yaml (sequence_parallel line 106, ub_tp_comm_overlap 149, bucket_cap_mb 172)",
-     "gpt/h100/20b_fp8_8node.sh", True, True, 220),
-    ("gpt3-175b-128", "nemo-gpt3-175b", 2048, 128, 256, 1, 4, 8, 1, 6, 716, "771",
-     "training/gpt3/175b.yaml (sequence_parallel line 106, overlap_p2p_comm 108, ub_tp_comm_overlap false 149, "
-     "bucket_cap_mb 172)", "gpt/h100/175b_fp8_16node.sh", True, False, 220),
-    ("gpt3-175b-512", "nemo-gpt3-175b", 2048, 512, 2048, 2, 4, 8, 1, 6, 825, "888",
-     "training/gpt3/175b.yaml (sequence_parallel line 106, overlap_p2p_comm 108, ub_tp_comm_overlap false 149, "
-     "bucket_cap_mb 172)", "gpt/h100/175b_fp8_16node.sh", True, False, 220),
-    ("llama2-7b", "llama2-7b", 4096, 8, 128, 1, 1, 1, 1, 1, 16934, "780",
-     "training/llama/llama2_7b.yaml (sequence_parallel line 126, ub_tp_comm_overlap 138, bucket_cap_mb 156)",
-     "llama/h100/llama2_7b_fp8.sh", False, False, 125),
-    ("llama2-13b", "llama2-13b", 4096, 16, 128, 1, 1, 4, 1, 10, 8715, "760",
-     "training/llama/llama2_13b.yaml (sequence_parallel line 126, ub_tp_comm_overlap 136, overlap_p2p_comm 137, "
-     "bucket_cap_mb 156)", "llama/h100/llama2_13b_fp8.sh", False, False, 125),
-    ("llama2-70b", "llama2-70b", 4096, 64, 128, 1, 4, 4, 1, 20, 1728, "768",
-     "training/llama/llama2_70b.yaml (sequence_parallel line 126, ub_tp_comm_overlap 136, bucket_cap_mb 157)",
-     "llama/h100/llama2_70b_fp8.sh", True, True, 125),
-    ("llama3-8b", "llama3-8b", 8192, 8, 128, 1, 1, 1, 2, 1, 12273, "711",
-     "training/llama/llama3_8b.yaml (context_parallel_size line 63, sequence_parallel 125, ub_tp_comm_overlap "
-     "136, bucket_cap_mb 153)", "llama/h100/llama3_8b_fp8.sh", False, False, 125),
-    ("llama3-70b", "llama3-70b", 8192, 64, 128, 1, 4, 4, 2, 5, 1524, "734",
-     "training/llama/llama3_70b.yaml (sequence_parallel line 125, ub_tp_comm_overlap 136, bucket_cap_mb 155; "
-     "the fp8 example picks tp_overlap ub_cfg_h100_fp8_h8192_tp4_mbs1_seqlen8192)",
-     "llama/h100/llama3_70b_fp8.sh", True, True, 125),
-)
-
-
-def _nemo_2407_row(suffix: str, model: str, seq: int, gpus: int, gbs: int, mbs: int, tp: int, pp: int, cp: int,
-                   vp: int, tps: float, tflops: str, config: str, script: str, sp: bool, ub: bool,
-                   bucket_MB: float) -> DevRow:
-    padded = tp > 1 and model.startswith("llama")
-    return DevRow(
-        id=f"nemo2407-{suffix}", source=NEMO_2407, gpu="H100", cluster="dgx-h100-ndr", model=model,
-        seq_length=seq, dp=gpus // (tp * pp * cp), tp=tp, pp=pp, cp=cp, vpp=vp, zero=1,
-        micro_batch=mbs, global_batch=gbs, sequence_parallel=sp, tp_comm_overlap=ub, overlap_param_gather=True,
-        reduce_dtype="param", bucket_size_MB=bucket_MB, grad_accumulation_fusion=True, attention_kernel="fa2",
-        # Transformer Engine v1.8 without userbuffers, sequence parallel: the backward re-gathers the column-parallel
-        # input with async_op=True and reduce-scatters dgrad with async_op=True beside the wgrad GEMM
-        # (module/layernorm_linear.py lines 444 and 564-565, layernorm_mlp.py 630 and 919-920, linear.py 425, 512-513)
-        tp_async_grad_comm=tp > 1 and not ub,
-        fp8_recipe="delayed", metric="tokens_per_s_per_gpu", published=tps,
-        published_text=f"{tps:.0f} Tokens/sec/GPU ({tflops} model TFLOP/s/GPU)", conversion="as published",
-        recipe=f"FP8 pre-training on {gpus} H100, GBS {gbs}, MBS {mbs}, seq {seq}, TP {tp}, PP {pp}, CP {cp}, "
-               f"VP {vp} (table); {_LAUNCHER}/{config}; examples/training/{script} (fp8=true, "
-               "optim.grad_sync_dtype=bf16)",
-        assumed=_NEMO_2407_ASSUMED,
-        deviations=(_NEMO_VBOOST, _NEMO_DISTOPT, *((_NEMO_VOCAB_PAD,) if padded else ())),
-    )
-
 
 _MEGATRON_H100: tuple[tuple[str, int, int, int, float], ...] = (
     # (preset suffix, tp, pp, global batch, published per-GPU TFLOP/s); dp = 48 in every row
@@ -425,7 +164,7 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
 DEV_ROWS: tuple[DevRow, ...] = (
     *(_megatron_row(*r) for r in _MEGATRON_H100),
     # NeMo 24.07 performance table: FP8 (delayed scaling) pre-training on DGX-H100, dense models ModelSpec expresses.
-    *(_nemo_2407_row(*r) for r in _NEMO_2407_ROWS),
+    *NEMO_2407_ROWS,
     # torchtitan, end of 2024: Llama 3.1 8B with FSDP2 (Tables 1 and 3), bf16 rows only.
     *(
         DevRow(
