@@ -71,8 +71,9 @@ class DevRow:
     zero: int = 0
     """ZeRO stage (3 for FSDP full sharding, 1 for Megatron's distributed optimizer)."""
     zero_impl: str | None = None
-    """Framework of the ZeRO implementation (``fsdp2``, ``megatron``); passed to the layout when the layout
-    has a ``zero_impl`` setting (issue 12 item 3), recorded otherwise."""
+    """Framework of the ZeRO implementation (``fsdp2``, ``megatron``, ``apex``); passed to the layout when the layout
+    has a ``zero_impl`` setting (issue 12 item 3: ZeRO-3 rows, and ``apex`` for NeMo's DistributedFusedAdam ZeRO-1
+    rows), recorded otherwise."""
     reduce_dtype: str = "param"
     """Gradient reduce dtype (``Layout.reduce_dtype``): ``fp32`` where the source's FSDP2 sets
     ``MixedPrecisionPolicy(reduce_dtype=torch.float32)`` (torchtitan) or, with ZeRO 0-2, where Megatron-LM keeps

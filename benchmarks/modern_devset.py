@@ -75,7 +75,8 @@ def dev_layout(row: DevRow) -> Layout:
                     recompute=row.recompute, sequence_parallel=row.sequence_parallel,
                     tp_comm_overlap=row.tp_comm_overlap, overlap_param_gather=row.overlap_param_gather,
                     reduce_dtype=row.reduce_dtype,  # type: ignore[arg-type]
-                    zero_impl=row.zero_impl if row.zero == 3 and row.zero_impl else "deepspeed",  # type: ignore[arg-type]
+                    zero_impl=(row.zero_impl if (row.zero == 3 and row.zero_impl) or row.zero_impl == "apex"  # type: ignore[arg-type]
+                               else "deepspeed"),
                     bucket_policy="megatron" if row.zero_impl == "megatron" else "ddp",  # Megatron-Core's buckets
                     # Megatron-Core's --gradient-accumulation-fusion is on by default (arguments.py line 1163, f2e5db4)
                     grad_accumulation_fusion=(row.zero_impl == "megatron" if row.grad_accumulation_fusion is None

@@ -38,10 +38,14 @@ _NEMO_2407_ASSUMED = (
 _NEMO_VBOOST = ("clocks: the published figures are runs with vboost ('nvidia-smi boost-slider --vboost 1', which "
                 "shifts power from memory to the SMs; NeMo commit ccef6aa '24.07 vboost numbers' moved the table "
                 "by -3 to +7 %); the simulator's H100 runs at its profile's sustained clock, vboost not modelled")
-_NEMO_DISTOPT = ("optimizer: NeMo's apex DistributedFusedAdam (distributed_fused_adam) is simulated as ZeRO-1 with "
-                 "overlapped gradient reduce-scatter and next-step parameter all-gather in PyTorch-DDP-style buckets "
-                 "of the config's bucket_cap_mb; apex's own bucket order and its sharded gradient buffer (ZeRO-2 "
-                 "memory) are not modelled")
+_NEMO_DISTOPT = ("optimizer: NeMo's apex DistributedFusedAdam (distributed_fused_adam) is simulated with Layout.zero_impl "
+                 "'apex' (docs/design.md, 'apex distributed Adam sync (session 13)'): one bucket per transformer layer "
+                 "padded to whole bucket_cap_mb state buckets, parameter gathers per model chunk as Megatron-Core's "
+                 "interleaved schedule calls param_sync_func, reduce-scatters per chunk as it calls grad_sync_func, read "
+                 "from NeMo r2.0.0rc1, Megatron-Core core_r0.8.0 and apex f3f04924 (the container's apex commit is not "
+                 "stated in the sources read); not modelled: apex's sharded gradient buffer (ZeRO-2 memory), the copy "
+                 "out of the gathered bucket, the first bucket's gather beside the rest of the optimizer step, and "
+                 "with pp > 1 the output layer's parameters syncing in the first chunk's bucket (here the last chunk's)")
 _NEMO_VOCAB_PAD = ("vocabulary: NeMo pads it to a multiple of 128 x TP (Llama 2 32000 -> 32256, Llama 3 128256 -> "
                    "128512 at TP 4); the preset keeps the unpadded size (< 0.5 % of the step's FLOPs)")
 
@@ -87,7 +91,7 @@ def _nemo_2407_row(suffix: str, model: str, seq: int, gpus: int, gbs: int, mbs: 
     padded = tp > 1 and model.startswith("llama")
     return DevRow(
         id=f"nemo2407-{suffix}", source=NEMO_2407, gpu="H100", cluster="dgx-h100-ndr", model=model,
-        seq_length=seq, dp=gpus // (tp * pp * cp), tp=tp, pp=pp, cp=cp, vpp=vp, zero=1,
+        seq_length=seq, dp=gpus // (tp * pp * cp), tp=tp, pp=pp, cp=cp, vpp=vp, zero=1, zero_impl="apex",
         micro_batch=mbs, global_batch=gbs, sequence_parallel=sp, tp_comm_overlap=ub, overlap_param_gather=True,
         reduce_dtype="param", bucket_size_MB=bucket_MB, grad_accumulation_fusion=True, attention_kernel="fa2",
         # Transformer Engine v1.8 without userbuffers, sequence parallel: the backward re-gathers the column-parallel

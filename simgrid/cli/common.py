@@ -200,9 +200,11 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
     g.add_argument("--bucket-policy", choices=("ddp", "megatron"), default="ddp",
                    help="gradient buckets: ddp (--bucket-mb on every stage; default) or megatron (Megatron-Core: "
                         "max(40M, 1M x dp) parameters on the first pipeline rank, one bucket per chunk elsewhere)")
-    g.add_argument("--zero-impl", default="deepspeed", metavar="{deepspeed,fsdp2}",
+    g.add_argument("--zero-impl", default="deepspeed", metavar="{deepspeed,fsdp2,apex}",
                    help="how ZeRO-3 gathers and reduces: DeepSpeed ZeRO stage 3 (per module, its default "
-                        "prefetch, reuse and bucket sizes; default) or PyTorch FSDP2 (per layer)")
+                        "prefetch, reuse and bucket sizes; default) or PyTorch FSDP2 (per layer); with --zero 1, "
+                        "apex is NeMo's apex DistributedFusedAdam (one bucket per layer padded to --bucket-mb, "
+                        "per-chunk sync under Megatron-Core's schedules)")
     g.add_argument("--reduce-dtype", choices=("param", "fp32"), default="param",
                    help="gradient reduce dtype: param (16-bit under mixed precision; default) or fp32: with "
                         "--zero 0-2 Megatron-LM's fp32 main_grad (4-byte gradients, all-reduced / reduce-scattered "

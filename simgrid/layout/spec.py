@@ -24,7 +24,7 @@ OptimizerName = Literal["adam", "adam-8bit", "sgd"]
 DataParallelMode = Literal["allreduce", "parameter-server"]
 AttentionKernel = Literal["auto", "fa2", "fa3"]
 KernelFusion = Literal["fused", "eager", "eager-fused-norm"]
-ZeroImpl = Literal["deepspeed", "fsdp2"]
+ZeroImpl = Literal["deepspeed", "fsdp2", "apex"]
 ReduceDtype = Literal["param", "fp32"]
 BucketPolicy = Literal["ddp", "megatron"]
 CrossEntropyImpl = Literal["fused", "unfused"]
@@ -141,7 +141,9 @@ class Layout:
     zero_impl: ZeroImpl = "deepspeed"
     """How ZeRO-3 gathers and reduces (simgrid.model.zero3_units): ``deepspeed`` (ZeRO stage 3,
     per-module gathers with its default prefetch, reuse and bucket sizes) or ``fsdp2`` (PyTorch
-    ``fully_shard`` per transformer layer). Only read when ``zero = 3``."""
+    ``fully_shard`` per transformer layer). Read when ``zero = 3``, and for ``apex``, which needs ``zero = 1``:
+    NeMo's apex ``DistributedFusedAdam`` under Megatron-Core's schedules (one bucket per transformer layer padded to
+    ``bucket_size_MB``, per-chunk parameter and gradient sync; :mod:`simgrid.schedules.lower.apex_sync`)."""
     reduce_dtype: ReduceDtype = "param"
     """FSDP2's ``MixedPrecisionPolicy.reduce_dtype``: ``param`` (PyTorch's default, ``None``: gradients are
     reduce-scattered in the parameter dtype, 16-bit in mixed precision) or ``fp32`` (gradients cast to fp32
@@ -380,6 +382,16 @@ class Layout:
                 f"layout: overlap_param_gather is the distributed optimizer's (ZeRO-1) deferred parameter "
                 f"all-gather and needs zero = 1 with overlap_grad_reduce (zero = {self.zero}, overlap_grad_reduce "
                 f"= {self.overlap_grad_reduce}); set both, or turn overlap_param_gather off"
+            )
+        if self.zero_impl == "apex" and (self.zero != 1 or self.dp_mode != "allreduce"
+                                         or self.bucket_policy != "ddp"
+                                         or self.schedule not in (None, "none", "1f1b", "interleaved-1f1b")):
+            # NeMo r2.0.0rc1 megatron_gpt_model.py fwd_bwd_step hands apex's sync to Megatron-Core's three schedules.
+            raise LayoutError(
+                f"layout: zero_impl 'apex' is NeMo's apex DistributedFusedAdam (ZeRO-1 under Megatron-Core's none / "
+                f"1f1b / interleaved-1f1b schedules, its own per-layer buckets) but zero = {self.zero}, dp_mode = "
+                f"{self.dp_mode!r}, bucket_policy = {self.bucket_policy!r}, schedule = {self.schedule!r}; use zero 1, "
+                f"dp_mode 'allreduce', bucket_policy 'ddp' and one of those schedules, or zero_impl 'deepspeed'"
             )
         if self.zero >= 2 and self.pp > 1:
             raise LayoutError(

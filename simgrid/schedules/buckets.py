@@ -80,6 +80,8 @@ def grad_buckets(model: ModelSpec, layout: Layout, stage: int, *, experts: bool 
     data-parallel group, labelled ``ebucket``), otherwise of every other gradient."""
     from simgrid.model import stage_blocks
 
+    if layout.zero_impl == "apex" and layout.zero == 1 and not experts:
+        return apex_buckets(model, layout, stage)
     cap = bucket_cap_bytes(model, layout, stage)
     buckets: list[Bucket] = []
     current: list[int] = []
@@ -97,3 +99,61 @@ def grad_buckets(model: ModelSpec, layout: Layout, stage: int, *, experts: bool 
         buckets.append(Bucket(index=len(buckets), blocks=tuple(current), bytes=size))
     return buckets
 
+
+
+APEX_ALIGNMENT_BYTES = 128
+"""apex DistributedFusedAdam aligns its shards to 128 bytes of the gradient-sync dtype (``self.alignment = 128 //
+dtype_size``, apex/contrib/optimizers/distributed_fused_adam.py line 699 at 810ffae3, the commit NeMo r2.0.0rc1's
+Dockerfile pins)."""
+
+
+def apex_state_bucket_params(layout: Layout) -> int:
+    """Parameters one apex state bucket holds: ``bucket_size_MB`` MiB of gradient-sync dtype, rounded down so that
+    each of the ``grad_sync_size`` shards is a multiple of the alignment (``bucket_size = 1024 * 1024 *
+    bucket_cap_mb / dtype_size``, ``shard_size`` rounded down to ``alignment``, the bucket ``shard_size *
+    distributed_size``; distributed_fused_adam.py lines 698-704 and ``make_bucket`` 1323-1342, 810ffae3)."""
+    from simgrid.memory.states import state_bytes_per_param
+
+    grad_bytes = max(1, round(state_bytes_per_param(layout).grads))
+    alignment = max(1, APEX_ALIGNMENT_BYTES // grad_bytes)
+    shard = int(1024 * 1024 * layout.bucket_size_MB / grad_bytes / layout.grad_sync_size)
+    shard = max(alignment, shard // alignment * alignment)
+    return shard * layout.grad_sync_size
+
+
+def apex_padded_params(params: int, layout: Layout) -> int:
+    """Parameters an apex bucket group moves: NeMo gives each layer its own state buckets (``init_params_bucket``
+    marks the earlier buckets full, distributed_fused_adam.py lines 1216-1218, 810ffae3), every one ``apex_state_bucket_params``
+    long however little of the last is filled, and the all-gathers / reduce-scatters move whole buckets."""
+    size = apex_state_bucket_params(layout)
+    return -(-params // size) * size
+
+
+def apex_buckets(model: ModelSpec, layout: Layout, stage: int) -> list[Bucket]:
+    """NeMo's apex buckets of global ``stage``: one per transformer layer (NeMo r2.0.0rc1 megatron_gpt_model.py
+    ``configure_optimizers``, ``buckets.extend(make_parameter_bucket(layer) for layer in layers)``), last layer
+    first; each bucket's ``bytes`` are its gradients padded to whole state buckets (:func:`apex_padded_params`).
+
+    NeMo puts every parameter outside the layers (embedding, output layer, final norm) into the bucket of the
+    rank's first layer (``buckets[-1].extend(...)`` after ``buckets.reverse()``); here the embedding joins its
+    stage's first layer and the head its stage's last layer (the same stage on one pipeline rank; with pp > 1 the
+    head's parameters are synced with the last chunk instead of the first: bytes unchanged)."""
+    from simgrid.memory.states import state_bytes_per_param
+    from simgrid.model import block_kind, stage_blocks
+
+    blocks = stage_blocks(model, layout, stage)
+    layers = [block_kind(model, b)[1] for b in blocks if block_kind(model, b)[1] >= 0]
+    groups: dict[int, list[int]] = {}
+    for block in reversed(blocks):
+        kind, layer = block_kind(model, block)
+        key = layer if layer >= 0 else (min(layers) if kind == "embed" and layers else
+                                         max(layers) if layers else -1)
+        groups.setdefault(key, []).append(block)
+    per_param = state_bytes_per_param(layout).grads
+    buckets: list[Bucket] = []
+    for key in sorted(groups, reverse=True):
+        members = tuple(sorted(groups[key], reverse=True))
+        params = sum(round(block_grad_bytes(model, layout, b) / per_param) for b in members)
+        buckets.append(Bucket(index=len(buckets), blocks=members,
+                              bytes=int(apex_padded_params(params, layout) * per_param)))
+    return buckets

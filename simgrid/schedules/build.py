@@ -6,7 +6,7 @@ Passes, in order (each in :mod:`simgrid.schedules.lower`, each with its own test
 2. :func:`~.compute.add_recompute` - R ops before backwards (full or selective recompute);
 3. :func:`~.activations.add_activation_memory` - activation ALLOC after forwards, FREE after backwards;
 4. :func:`~.zero3.add_zero3` - ZeRO-3 parameter gathers with prefetch and per-block grad reduce-scatter;
-5. :func:`~.data_parallel.add_overlapped_grad_sync` - DDP all-reduce / PS reduce / ZeRO-1 reduce-scatter
+5. :func:`~.data_parallel.add_overlapped_grad_sync` (:mod:`~.apex_sync` for ``zero_impl = "apex"``) - DDP all-reduce / PS reduce / ZeRO-1 reduce-scatter
    per bucket on the last micro-batch; :func:`~.data_parallel.add_zero2_grad_sync` - ZeRO-2 per micro-batch;
 6. :func:`add_model_parallel_comm`: :func:`~.tensor_parallel.add_tensor_parallel` - Megatron TP collectives around compute ops;
    :func:`~.tensor_parallel.add_context_parallel` - context-parallel K/V all-gathers around attention;
@@ -37,9 +37,10 @@ from simgrid.layout.mesh import Mesh, RankCoord
 from simgrid.layout.spec import Layout, check_layout
 from simgrid.model.spec import ModelSpec
 from simgrid.schedules.lower.activations import add_activation_memory
+from simgrid.schedules.lower.apex_sync import add_apex_grad_sync, add_apex_param_sync
 from simgrid.schedules.lower.compute import add_recompute, compute_steps
 from simgrid.schedules.lower.context import Granularity, LoweringContext, Role
-from simgrid.schedules.lower.data_parallel import add_overlapped_grad_sync, add_zero2_grad_sync
+from simgrid.schedules.lower.data_parallel import add_zero2_grad_sync
 from simgrid.schedules.lower.instantiate import RoleInstantiator
 from simgrid.schedules.lower.moe import add_expert_grad_sync, add_expert_parallel
 from simgrid.schedules.lower.optimizer import (
@@ -49,7 +50,6 @@ from simgrid.schedules.lower.optimizer import (
     embed_sync_ranks,
 )
 from simgrid.schedules.lower.p2p import add_pipeline_p2p
-from simgrid.schedules.lower.param_gather import add_overlapped_param_gather
 from simgrid.schedules.lower.tensor_parallel import add_context_parallel, add_tensor_parallel
 from simgrid.schedules.lower.tp_async import add_async_tensor_parallel
 from simgrid.schedules.lower.tp_overlap import add_overlapped_tensor_parallel
@@ -67,10 +67,10 @@ def build_roles(ctx: LoweringContext) -> list[Role]:
         role = add_recompute(ctx, role)
         role = add_activation_memory(ctx, role)
         role = add_zero3(ctx, role, pp_rank)
-        role = add_overlapped_grad_sync(ctx, role, pp_rank)
+        role = add_apex_grad_sync(ctx, role, pp_rank)  # Megatron-Core's add_overlapped_grad_sync unless apex
         role = add_zero2_grad_sync(ctx, role, pp_rank)
         role = add_expert_grad_sync(ctx, role, pp_rank)
-        role = add_overlapped_param_gather(ctx, role, pp_rank)
+        role = add_apex_param_sync(ctx, role, pp_rank)  # add_overlapped_param_gather unless apex interleaved
         roles.append(add_model_parallel_comm(ctx, role, pp_rank))
     return add_pipeline_p2p(ctx, roles)
 

@@ -194,3 +194,15 @@ def test_checkpoint_impl_defaults_to_reentrant_and_refuses_bad_values() -> None:
         Layout(recompute="selective", checkpoint_impl="non-reentrant")
     with pytest.raises(LayoutError, match=r"tp_comm_overlap is Megatron-LM's"):
         Layout(tp=2, sequence_parallel=True, tp_comm_overlap=True, checkpoint_impl="non-reentrant-modules")
+
+
+@pytest.mark.parametrize("fields", [{"zero": 2}, {"zero": 3}, {"bucket_policy": "megatron"},
+                                    {"pp": 2, "schedule": "zb-h1", "global_batch_size": 4}],
+                         ids=["zero2", "zero3", "megatron-buckets", "zero-bubble"])
+def test_zero_impl_apex_needs_zero1_ddp_buckets_and_megatron_schedules(fields: dict[str, object]) -> None:
+    """zero_impl 'apex' (NeMo's DistributedFusedAdam) is ZeRO-1 with its own buckets under Megatron-Core's none /
+    1f1b / interleaved-1f1b schedules: anything else is one line naming the fields and the fix."""
+    assert Layout(dp=2, zero=1, zero_impl="apex").zero_impl == "apex"
+    settings = {"dp": 2, "zero": 1, "zero_impl": "apex", **fields}
+    with pytest.raises(LayoutError, match=r"zero_impl 'apex' is NeMo's apex DistributedFusedAdam.*use zero 1"):
+        Layout(**settings)  # type: ignore[arg-type]

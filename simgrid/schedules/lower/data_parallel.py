@@ -103,7 +103,8 @@ def split_at_buckets(ctx: LoweringContext, step: Step, buckets: list[Bucket]) ->
     step.ops = new_ops
 
 
-def _bucket_collective(ctx: LoweringContext, pp_rank: int, stage: int, bucket: Bucket) -> Collective:
+def bucket_collective(ctx: LoweringContext, pp_rank: int, stage: int, bucket: Bucket) -> Collective:
+    """The gradient collective of one bucket: ZeRO reduce-scatter, parameter-server reduce or DDP all-reduce."""
     lay = ctx.layout
     group = Mesh.dp_group_name(ctx.coord(pp_rank))
     label = f"s{stage}:bucket{bucket.index}"
@@ -127,7 +128,7 @@ def add_overlapped_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> 
         # backward of the step (training.py, ``model.allreduce_gradients()``): nothing overlaps.
         last = max((i for i, s in enumerate(role) if s.action is not None and s.action.kind in ("B", "W")))
         role[last].ops = role[last].ops + [
-            _bucket_collective(ctx, pp_rank, stage, bucket)
+            bucket_collective(ctx, pp_rank, stage, bucket)
             for stage in ctx.stages_of(pp_rank)
             for bucket in ctx.buckets(stage)
         ]
@@ -136,7 +137,7 @@ def add_overlapped_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> 
         additions: dict[int, list[Op]] = defaultdict(list)
         buckets = ctx.buckets(stage)
         for bucket in buckets:
-            additions[min(bucket.blocks)].append(_bucket_collective(ctx, pp_rank, stage, bucket))
+            additions[min(bucket.blocks)].append(bucket_collective(ctx, pp_rank, stage, bucket))
         step = last_backward_step(role, stage)
         split_at_buckets(ctx, step, buckets)
         insert_after_weight_grads(step, additions)

@@ -32,7 +32,7 @@ from typing import Final
 
 from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
-from simgrid.schedules.buckets import Bucket
+from simgrid.schedules.buckets import Bucket, apex_padded_params
 from simgrid.schedules.lower.compute import cut_at
 from simgrid.schedules.lower.context import LoweringContext, Role, Step
 
@@ -40,8 +40,12 @@ PURPOSE: Final = "zero-param"
 
 
 def bucket_param_bytes(ctx: LoweringContext, bucket: Bucket) -> int:
-    """Parameter bytes one rank holds of a bucket's dense (non-expert) parameters: what its all-gather moves."""
-    return sum(ctx.cost(b).param_count - ctx.cost(b).expert_param_count for b in bucket.blocks) * ctx.layout.param_bytes
+    """Parameter bytes one rank holds of a bucket's dense (non-expert) parameters: what its all-gather moves (with
+    ``zero_impl = "apex"`` padded to whole apex state buckets, :func:`~simgrid.schedules.buckets.apex_padded_params`)."""
+    params = sum(ctx.cost(b).param_count - ctx.cost(b).expert_param_count for b in bucket.blocks)
+    if ctx.layout.zero_impl == "apex":
+        params = apex_padded_params(params, ctx.layout)
+    return params * ctx.layout.param_bytes
 
 
 def gather_collective(ctx: LoweringContext, pp_rank: int, stage: int, bucket: Bucket) -> Collective:
