@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from simgrid.engine import EngineResult, MemoryReport, simulate_program
 from simgrid.errors import SimulationError
-from simgrid.layout import Layout, check_layout
+from simgrid.layout import Layout, check_fp8_gpu, check_layout
 from simgrid.memory.headroom import DEFAULT_HEADROOM, MemoryHeadroom
 from simgrid.metrics import Metrics, compute_metrics, metric_notes, metrics_meta
 from simgrid.model.spec import ModelSpec
@@ -97,11 +97,7 @@ def simulate(model: str | ModelSpec, cluster: str | Cluster, layout: Layout, *, 
     spec = _resolve_model(model)
     check_layout(spec, layout)
     sized = _resolve_cluster(cluster, layout.world_size)
-    if layout.fp8_recipe != "none" and "fp8" not in sized.gpu.peak_tflops:
-        raise SimulationError(
-            f"simulate: fp8_recipe = {layout.fp8_recipe!r} needs fp8 tensor cores, but GPU {sized.gpu.name!r} has no "
-            "fp8 peak rate (Hopper and later have one); use --fp8 none or an fp8 GPU such as h100-sxm"
-        )
+    check_fp8_gpu(layout.fp8_recipe, sized.gpu)
     gran = resolve_granularity(granularity, layout.world_size)
     if program is not None and program.world_size != layout.world_size:
         raise SimulationError(

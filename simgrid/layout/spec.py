@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from simgrid.errors import LayoutError
+from simgrid.layout.fp8_checks import check_fp8_model
 
 if TYPE_CHECKING:
     from simgrid.model.spec import ModelSpec
@@ -198,7 +199,8 @@ class Layout:
     tensors, E5M2 gradients): ``delayed`` is TE ``DelayedScaling`` (scales from an amax history; Megatron
     ``--fp8-recipe delayed``), ``current`` is ``Float8CurrentScaling`` (an amax pass over each tensor before its
     cast; NeMo's "FP8-CS", Megatron ``--fp8-recipe tensorwise``); ``none`` runs every GEMM in ``precision``.
-    Needs precision bf16 or fp16 and a GPU with an fp8 peak (see docs/design.md, "fp8 training")."""
+    Needs precision bf16 or fp16, a dense model and a GPU with an fp8 peak (:mod:`simgrid.layout.fp8_checks`;
+    docs/design.md, "fp8 training" and "fp8 checks and MoE + fp8")."""
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
@@ -558,6 +560,7 @@ def _check_experts(model: ModelSpec, layout: Layout) -> None:
             f"layout: zero = {layout.zero} is not modelled for MoE models; use zero 0 or 1 (ZeRO-1 shards the "
             "expert optimizer states over the expert data-parallel group, as Megatron's distributed optimizer does)"
         )
+    check_fp8_model(model, layout.fp8_recipe)
 
 
 def _positive_int(field: str, value: object) -> None:

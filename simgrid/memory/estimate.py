@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from simgrid.errors import LayoutError
+from simgrid.layout.fp8_checks import check_fp8_gpu
 from simgrid.layout.spec import Layout, check_layout
 from simgrid.memory.activations import activation_memory_bytes
 from simgrid.memory.buffers import comm_buffer_bytes
@@ -147,7 +148,9 @@ def stage_memory(model: ModelSpec, layout: Layout) -> list[StageMemory]:
 def estimate_memory(model: ModelSpec, layout: Layout, gpu: GPULike | None = None, *,
                     headroom: MemoryHeadroom = DEFAULT_HEADROOM) -> MemoryEstimate:
     """Analytic memory of the run; with ``gpu`` also its capacity and whether the worst rank fits in it
-    with ``headroom`` kept free (``MemoryHeadroom.fixed(0)`` compares with the whole capacity)."""
+    with ``headroom`` kept free (``MemoryHeadroom.fixed(0)`` compares with the whole capacity). An fp8 layout on a
+    GPU without fp8 tensor cores is an error (:func:`simgrid.layout.check_fp8_gpu`)."""
+    check_fp8_gpu(layout.fp8_recipe, gpu)
     per_stage = stage_memory(model, layout)
     worst = max(per_stage, key=lambda s: s.total_bytes)
     capacity: int | None = None

@@ -33,7 +33,8 @@ the norm writes 16-bit and a separate amax pass and cast follow (2d + 1, three l
 Left out: the delayed recipe's amax-history reduction (one all-reduce of a few KB per fp8_autocast exit:
 latency-bound tens of microseconds per micro-batch), current scaling's per-tensor amax all-reduce over the
 tensor-parallel group for gathered inputs, and the bias-gradient column sums the fused cast-transpose absorbs.
-MoE sub-blocks list no GEMMs (their expert GEMMs stay at the 16-bit rate) and get no extra kernels here.
+MoE models are refused under fp8 (:func:`simgrid.layout.check_fp8_model`): their sub-blocks list no GEMMs, so
+expert GEMMs would stay at the 16-bit rate with none of TE GroupedLinear's casts; no MoE case reaches this module.
 """
 
 from __future__ import annotations

@@ -95,7 +95,8 @@ def fp8_gemm_shapes(gemms: BlockGemms, layout: Layout, kind: str) -> frozenset[t
     the embedding no GEMM, and the attention core (``TEDotProductAttention``) runs in fp8 only with the recipe's
     ``fp8_dpa``, off by default (transformer_engine/common/recipe/__init__.py line 106): those stay 16-bit. A core
     GEMM of the same shape as a linear one (never in a real model: it would need head dim = hidden) stays
-    16-bit. MoE sub-blocks list no GEMMs (their expert GEMMs are priced at one 16-bit representative shape)."""
+    16-bit. MoE sub-blocks list no GEMMs (priced at one 16-bit representative shape), which is why fp8 on a MoE model
+    is refused (:func:`simgrid.layout.check_fp8_model`)."""
     if layout.fp8_recipe == "none" or kind not in ("attn", "mlp") or not gemms.known:
         return frozenset()
     core = {g[:3] for g in gemms.core_fwd} | ({g[:3] for g in gemms.bwd_input[1:-1]} if kind == "attn" else set())

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from simgrid.errors import LayoutError
 from simgrid.gcpause import collector_paused
-from simgrid.layout import Layout
+from simgrid.layout import Layout, check_fp8_gpu
 from simgrid.model.spec import ModelSpec
 from simgrid.sweep.constraints import SweepConstraints
 from simgrid.sweep.evaluate import (
@@ -233,6 +233,8 @@ def sweep_layouts(
     if cluster is None:
         cluster = resolve_cluster(cluster_name, gpus)
     candidates = list(layouts)
+    for fp8_recipe in sorted({layout.fp8_recipe for layout in candidates}):
+        check_fp8_gpu(fp8_recipe, getattr(cluster, "gpu", None))
     options = {**SWEEP_SIMULATE_DEFAULTS, **(simulate_options or {})}
     bounded = bool(exact_top) and simulate_fn is None and fast_path_applies(options)
     evaluator_args = (spec, cluster_name if isinstance(cluster_name, str) else cluster, gpus, options,

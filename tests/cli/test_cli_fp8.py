@@ -1,9 +1,10 @@
-"""``--fp8 none|delayed|current``: the flag reaches the simulated layout, a bad value or a GPU without fp8
-tensor cores is one line and exit 2."""
+"""``--fp8 none|delayed|current``: the flag reaches the simulated layout; a bad value, a GPU without fp8 tensor
+cores (simulate, memory, sweep) or fp8 on a MoE model is one line and exit 2, with nothing written."""
 
 from __future__ import annotations
 
 import json
+import pathlib
 
 import pytest
 
@@ -31,3 +32,43 @@ def test_fp8_on_a_gpu_without_fp8_peak_is_one_line(capsys: pytest.CaptureFixture
     assert main(args) == 2
     lines = [line for line in capsys.readouterr().err.strip().splitlines() if "error" in line]
     assert len(lines) == 1 and "GPU 'a100-80gb-sxm' has no fp8 peak rate" in lines[0] and "--fp8 none" in lines[0]
+
+
+def _one_error_line(err: str) -> str:
+    lines = [line for line in err.strip().splitlines() if line]
+    assert len(lines) == 1 and "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize("hardware", [["--cluster", "dgx-a100-hdr"], ["--gpu", "a100-80gb-sxm"]])
+def test_memory_refuses_fp8_on_a_gpu_without_fp8_peak(capsys: pytest.CaptureFixture[str], hardware: list[str]) -> None:
+    """`simgrid memory --fp8` used to print an estimate and suggestions for an A100; now the simulate error."""
+    assert main(["memory", "--model", "tiny-gpt", "--gpus", "2", "--fp8", "delayed", *hardware]) == 2
+    out, err = capsys.readouterr()
+    line = _one_error_line(err)
+    assert out == "" and line.startswith("simgrid memory: error: layout: fp8_recipe = 'delayed' needs fp8 tensor cores")
+    assert "GPU 'a100-80gb-sxm' has no fp8 peak rate" in line and "--fp8 none" in line
+
+
+def test_sweep_refuses_fp8_on_a_gpu_without_fp8_peak_and_writes_nothing(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    out_csv = tmp_path / "sweep.csv"
+    assert main(["sweep", "--model", "tiny-gpt", "--cluster", "dgx-a100-hdr", "--gpus", "2", "--gbs", "4",
+                 "--fp8", "current", "--no-progress", "--workers", "1", "--out", str(out_csv)]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "simgrid sweep: error:" in line and "GPU 'a100-80gb-sxm' has no fp8 peak rate" in line
+    assert not out_csv.exists()
+
+
+@pytest.mark.parametrize("command", [
+    ["memory", "--model", "tiny-moe", "--gpus", "2", "--cluster", "dgx-h100-ndr"],
+    ["simulate", "--model", "tiny-moe", "--cluster", "dgx-h100-ndr", "--gpus", "2", "--mbs", "2", "--gbs", "4",
+     "--schedule", "none"],
+    ["sweep", "--model", "tiny-moe", "--cluster", "dgx-h100-ndr", "--gpus", "2", "--gbs", "4", "--no-progress",
+     "--workers", "1"],
+])
+def test_moe_with_fp8_is_refused_in_one_line(capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    assert main([*command, "--fp8", "delayed"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "fp8_recipe = 'delayed' is not modelled for MoE models such as 'tiny-moe'" in line
+    assert "use --fp8 none" in line

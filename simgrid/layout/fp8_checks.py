@@ -1,0 +1,53 @@
+"""The checks an fp8 layout (``Layout.fp8_recipe``) must pass beyond its own fields: one home for both.
+
+* :func:`check_fp8_gpu`: the GPU has fp8 tensor cores (a ``peak_tflops.fp8`` in its profile: Hopper and later,
+  Ada). Every entry point that pairs a layout with hardware calls it before doing any work:
+  :func:`simgrid.simulation.simulate`, :func:`simgrid.memory.estimate_memory` (``simgrid memory --gpu`` /
+  ``--cluster``, and its suggestions), :func:`simgrid.sweep.enumerate_layout_space` and
+  :func:`simgrid.sweep.sweep_layouts` (``simgrid sweep``). Without it an A100 fp8 run failed late (simulate) or
+  never (memory), or the sweep reported every layout as a profile failure.
+* :func:`check_fp8_model`: fp8 is not modelled for MoE models, so it is refused (called by
+  :func:`simgrid.layout.check_layout`, hence by everything that builds, estimates or sweeps a layout).
+  Megatron-Core under fp8 runs the routed experts through Transformer Engine's ``GroupedLinear`` in fp8 (forward,
+  dgrad and wgrad: grouped_linear.py lines 155, 346 and 396 at TE v1.11), with per-expert input and gradient
+  cast-transposes (lines 104, 315), per-expert cached fp8 weights (lines 739-746) and the tokens per expert padded
+  to a multiple of 16 (``Fp8Padding``, fp8_padding.py line 106; Megatron-Core experts.py lines 636-658 at
+  core_r0.10.0), while the router GEMM (router.py line 59, ``torch.nn.functional.linear``), the permutation and
+  the all-to-alls stay 16-bit. The simulator prices a MoE sub-block's GEMMs at one 16-bit representative shape
+  (:mod:`simgrid.model.moe`), so an fp8 MoE result would be a 16-bit expert cost with fp8 dense layers: neither
+  run. docs/design.md, "fp8 checks and MoE + fp8 (session 13)", lists what modelling it needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from simgrid.errors import LayoutError
+
+if TYPE_CHECKING:
+    from simgrid.model.spec import ModelSpec
+
+
+def check_fp8_gpu(fp8_recipe: str, gpu: Any) -> None:
+    """Refuse ``fp8_recipe`` (``Layout.fp8_recipe``) on ``gpu`` (a GPU profile: ``name``, ``peak_tflops``) when
+    the GPU states its peak rates and fp8 is not among them; ``gpu`` None (no hardware given) or an object without
+    ``peak_tflops`` (a memory-only stand-in, :class:`simgrid.memory.GPULike`) passes."""
+    peaks = getattr(gpu, "peak_tflops", None)
+    if fp8_recipe == "none" or not isinstance(peaks, Mapping) or "fp8" in peaks:
+        return
+    raise LayoutError(
+        f"layout: fp8_recipe = {fp8_recipe!r} needs fp8 tensor cores, but GPU {getattr(gpu, 'name', gpu)!r} has no "
+        "fp8 peak rate (Hopper and later have one); use --fp8 none (fp8_recipe 'none') or an fp8 GPU such as h100-sxm"
+    )
+
+
+def check_fp8_model(model: ModelSpec, fp8_recipe: str) -> None:
+    """Refuse ``fp8_recipe`` for a MoE model (module docstring: its expert GEMMs would stay 16-bit)."""
+    if fp8_recipe == "none" or model.moe is None:
+        return
+    raise LayoutError(
+        f"layout: fp8_recipe = {fp8_recipe!r} is not modelled for MoE models such as {model.name!r} (Transformer "
+        "Engine runs their expert GEMMs in fp8, the simulator would price them at the 16-bit rate); use --fp8 none "
+        "(fp8_recipe 'none')"
+    )
