@@ -3,7 +3,7 @@
 The fast loop is a transcription of the interpreter without SimPy; these tests are what keeps it one. Over
 hundreds of generated layouts (several models, clusters and world sizes; every pipeline schedule with its
 interleaving, ZeRO 0-3, context parallelism, recompute, FlashAttention, sequence parallelism, optimizer
-offload, parameter server, overlapped or not gradient sync, every ZeRO-3 implementation, a MoE model's
+offload, parameter server, overlapped or not gradient sync, every ZeRO-3 implementation and apex's ZeRO-1, a MoE model's
 expert parallelism, block and stage granularity, symmetric and full mode, stragglers) both engines run the same program and must give equal trace rows (same order,
 same floats), memory events, step time, mode and notes; the metrics the fast loop aggregates without rows
 must equal :func:`simgrid.metrics.compute_metrics` of the SimPy trace exactly.
@@ -11,6 +11,7 @@ must equal :func:`simgrid.metrics.compute_metrics` of the SimPy trace exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from functools import cache
 from typing import Any
@@ -73,13 +74,15 @@ def _random_case(rng: random.Random) -> tuple[ModelSpec, str, Layout, str, str, 
             experts = {"ep": rng.choice([e for e in (1, 2, 4) if model.moe.num_experts % e == 0]),
                        "etp": rng.choice((None, 1, tp))}
         precision = "fp16" if cluster == "dgx1-v100-edr" else rng.choice(("bf16", "bf16", "fp32"))
+        overlap = rng.random() < 0.8
         try:
             layout = Layout(dp=dp, tp=tp, pp=pp, cp=cp, vpp=vpp, zero=zero, micro_batch_size=mbs,
                             global_batch_size=dp * mbs * m, schedule=schedule, recompute=recompute,
                             sequence_parallel=tp > 1 and (model.moe is not None or rng.random() < 0.5),
                             flash_attention=flash,
                             precision=precision, offload_optimizer=rng.random() < 0.15, dp_mode=dp_mode,
-                            overlap_grad_reduce=rng.random() < 0.8, bucket_size_MB=rng.choice((0.05, 25.0)),
+                            overlap_grad_reduce=overlap, bucket_size_MB=rng.choice((0.05, 25.0)),
+                            overlap_param_gather=zero == 1 and overlap and rng.random() < 0.5,
                             zero_impl=rng.choice(ZERO_IMPLS), **experts)
             check_layout(model, layout)
             check_schedule(schedule, pp, layout.num_microbatches, vpp)
@@ -121,8 +124,8 @@ def test_fast_engine_equals_simpy_on_generated_layouts() -> None:
         # The loop's reductions are the rows' own, in the same order: the metrics are equal, not close.
         assert got == expected, what
         features |= {layout.schedule or "none", f"zero{layout.zero}", f"rc-{layout.recompute}", ref.mode, granularity}
-        if layout.zero == 3:
-            features.add(f"zero3-{layout.zero_impl}")
+        if layout.zero == 3 or layout.zero_impl == "apex":
+            features.add(f"zero{layout.zero}-{layout.zero_impl}")
         features |= {name for name, on in (("cp", layout.cp > 1), ("sp", layout.sequence_parallel),
                                            ("flash", layout.flash_attention), ("offload", layout.offload_optimizer),
                                            ("ps", layout.dp_mode == "parameter-server" and layout.dp > 1),
@@ -130,11 +133,27 @@ def test_fast_engine_equals_simpy_on_generated_layouts() -> None:
                                            ("ep", layout.ep > 1), ("etp", layout.expert_tp > 1),
                                            ("inter-node", layout.world_size > 8)) if on}
     # The generator must actually have covered what the module docstring promises.
-    expected_features = {*SCHEDULES, "none", "zero0", "zero1", "zero2", "zero3", *(f"zero3-{i}" for i in ZERO_IMPLS),
+    expected_features = {*SCHEDULES, "none", "zero0", "zero1", "zero2", "zero3", *(f"zero3-{i}" for i in ZERO_IMPLS if i != "apex"),
+                             "zero1-apex",
                          "rc-none", "rc-selective",
                          "rc-full", "symmetric", "full", "block", "stage", "cp", "sp", "flash", "offload", "ps",
                          "no-overlap", "straggler", "inter-node", "ep", "etp"}
     assert expected_features <= features, expected_features - features
+
+
+@pytest.mark.parametrize("granularity", ["block", "stage"])
+def test_fast_engine_equals_simpy_on_apex_interleaved_sync(granularity: str) -> None:
+    """NeMo's apex sync under the interleaved schedule (per-chunk gathers launched ahead by pipeline rank, per-chunk
+    reduce-scatters), which the generator rarely draws: equal rows and step time."""
+    layout = Layout(dp=2, pp=2, vpp=3, zero=1, zero_impl="apex", schedule="interleaved-1f1b", global_batch_size=8,
+                    bucket_size_MB=0.05, overlap_param_gather=True, tp=2, sequence_parallel=True)
+    model = dataclasses.replace(get_model("tiny-gpt"), name="tiny-gpt-6l", num_layers=6)
+    program = build_program(model, layout, granularity=granularity)  # type: ignore[arg-type]
+    cluster = _cluster("dgx-h100-ndr", layout.world_size)
+    ref = simulate_program(program, cluster, mode="full", engine="simpy")
+    fast = simulate_program(program, cluster, mode="full", engine="fast")
+    assert fast.trace.timing_rows == ref.trace.timing_rows
+    assert fast.makespan_s == ref.makespan_s
 
 
 def test_fast_engine_reports_a_deadlock_as_simpy_does() -> None:
