@@ -66,6 +66,10 @@ FOUR_RANK: dict[str, Layout] = {
     "tp2xdp2-zero1": Layout(tp=2, dp=2, zero=1, global_batch_size=4, **SGD),
     # Sequence-parallel partial gradients summed by the IR's sp-grads all-reduce out of ZeRO-2 shards.
     "tp2xdp2-sp-zero2": Layout(tp=2, dp=2, zero=2, sequence_parallel=True, global_batch_size=4, **SGD),
+    # NeMo's apex DistributedFusedAdam: per-layer buckets reduce-scattered per chunk, offset by pipeline rank (the
+    # executor gathers parameters after its one step, so overlap_param_gather stays off).
+    "dp2xpp2-interleaved-apex": Layout(dp=2, pp=2, vpp=2, schedule="interleaved-1f1b", zero=1, zero_impl="apex",
+                                       global_batch_size=4, **SGD),
 }
 LLAMA = ModelSpec(name="t-llama", num_layers=2, hidden_size=32, num_heads=4, num_kv_heads=2,
                   ffn_hidden_size=48, gated_mlp=True, vocab_size=64, seq_length=16, tied_embeddings=False,
@@ -137,7 +141,8 @@ def test_two_rank_layout_matches_single_process_reference(name: str, two_rank_re
 @pytest.mark.parametrize("name", list(FOUR_RANK))
 def test_four_rank_hybrid_layout_matches_single_process_reference(
         name: str, four_rank_results: dict[str, RunResult]) -> None:
-    """DP2xPP2, TP2xPP2 and TP2xDP2 with ZeRO-1 (and with SP + ZeRO-2) on 4 ranks match the reference too."""
+    """DP2xPP2, TP2xPP2 and TP2xDP2 with ZeRO-1 (and with SP + ZeRO-2, and apex's interleaved ZeRO-1 sync) on 4 ranks
+    match the reference too."""
     check_against_reference(name, FOUR_RANK[name], four_rank_results[name])
 
 
