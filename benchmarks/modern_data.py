@@ -20,6 +20,8 @@ Sources used (each row names its own):
 * NeMo ``docs/source/performance/performance_summary.md`` (commit 9c5c5e9, container NeMo 24.07, DGX-H100, FP8):
   GPT-3 5B / 20B / 175B and Llama 2 7B / 13B / 70B, Llama 3 8B / 70B pre-training, recipes read from
   NeMo-Framework-Launcher tag 24.07 (session 12: fp8 rows, ``fp8_recipe``).
+* MLPerf Training v3.1 GPT-3 175B, NVIDIA's DGX H100 (Eos) results, 512 to 10752 GPUs, fp8: the step time of
+  the submission's MLLOG files (``mlperf_data.py``, session 13).
 
 Considered and not used are listed in :data:`EXCLUDED` with the reason.
 """
@@ -38,6 +40,7 @@ from devrow import (  # noqa: F401  (re-exported: the harness and tests import t
     Source,
     megatron_core_flops_per_step,
 )
+from mlperf_data import MLPERF_31, MLPERF_31_ROWS  # noqa: F401
 from nemo_2407_data import NEMO_2407, NEMO_2407_ROWS  # noqa: F401
 
 from simgrid.model.presets import MEGATRON_H100_SHAPES
@@ -284,6 +287,8 @@ DEV_ROWS: tuple[DevRow, ...] = (
             ("70b", "sacop", 1, "selective op", 355.0, "50.8%"),
         )
     ),
+    # MLPerf Training v3.1 GPT-3 175B, NVIDIA on DGX H100 (Eos): fp8, one row per system size (session 13).
+    *MLPERF_31_ROWS,
 )
 """Every dev row, in table order."""
 
