@@ -51,10 +51,14 @@ _ASSUMED = (
     "cluster: Eos, DGX H100 nodes with NDR InfiniBand (submission_platform 'NxNVIDIA DGX H100'); the simulator's "
     "H100 at its profile's sustained clock",
 )
-_DISTOPT = ("optimizer: NeMo's apex DistributedFusedAdam (distributed_fused_adam) is simulated as ZeRO-1 with "
-            "overlapped gradient reduce-scatter and next-step parameter all-gather in PyTorch-DDP-style buckets of "
-            "the config's bucket_cap_mb (100); apex's own bucket order and its sharded gradient buffer (ZeRO-2 "
-            "memory) are not modelled")
+_DISTOPT = ("optimizer: NeMo's apex DistributedFusedAdam (distributed_fused_adam) is simulated with Layout.zero_impl "
+            "'apex' (docs/design.md, 'apex distributed Adam sync (session 13)'), whose places are the same at this "
+            "row's NeMo bd0b818 (megatron_gpt_model.py per-layer buckets lines 439-444, sync functions 461-462) and "
+            "Megatron-LM df72712 (schedules.py param_sync_func lines 511-513, 559-563, grad_sync_func 623-629); the "
+            "23.09 container's apex commit is not stated: read at 52e18c89 (2023-09-06), whose parameter-sync code "
+            "matches 810ffae3's; not modelled: apex's sharded gradient buffer (ZeRO-2 memory), the copy out of the "
+            "gathered bucket, the first bucket's gather beside the rest of the optimizer step, the output layer's "
+            "parameters syncing in the first chunk's bucket")
 _USERBUFFERS = ("TP overlap: the simulator's tp_comm_overlap is Transformer Engine's chunked userbuffers overlap; "
                 "the recipe's per-GEMM methods (conf/tp_overlap/h100tp4pp8mbs1.yaml: ring-exchange all-gathers, "
                 "4-split pipelined reduce-scatters on 24 / 4 SMs, bulk dgrad/wgrad overlaps) and the fp8 atomic-GEMM "
@@ -92,7 +96,8 @@ def _mlperf_row(system: str, nodes: int, gbs: int, ga: int, config: str, run_med
     step_s = sorted(run_medians)[1]
     return DevRow(
         id=f"mlperf31-gpt3-{gpus}", source=MLPERF_31, gpu="H100", cluster="dgx-h100-ndr", model="nemo-gpt3-175b",
-        seq_length=_SEQ, dp=dp, tp=_TP, pp=_PP, vpp=_VPP, zero=1, micro_batch=gbs // (dp * ga), global_batch=gbs,
+        seq_length=_SEQ, dp=dp, tp=_TP, pp=_PP, vpp=_VPP, zero=1, zero_impl="apex", micro_batch=gbs // (dp * ga),
+        global_batch=gbs,
         sequence_parallel=True, tp_comm_overlap=True, overlap_param_gather=True, reduce_dtype="param",
         bucket_size_MB=100, grad_accumulation_fusion=True, attention_kernel="fa2", fp8_recipe="delayed",
         metric="tokens_per_s_per_gpu", published=tps,
