@@ -231,14 +231,11 @@ def test_docs_block_is_found_between_its_markers() -> None:
 
 
 def test_committed_validation_doc_lists_every_dev_row() -> None:
-    """docs/validation.md holds the generated block, and its table has exactly the rows of the data (or, until the
-    coordinator regenerates it after merging session 13's branches, exactly the rows without the MLPerf v3.1 ones:
-    helpers of that session may not commit docs/validation.md)."""
+    """docs/validation.md holds the generated block, and its table has exactly the rows of the data."""
     inside = modern_devset.extract_block(VALIDATION_DOC.read_text())
     assert inside is not None, "regenerate docs/validation.md: python benchmarks/published.py"
     table = next(chunk for chunk in inside.split("\n\n") if chunk.startswith("| row |"))
-    documented = [p["row"] for p in modern_devset.parse_dev_table(table)]
-    assert documented in ([r.id for r in DEV_ROWS], [r.id for r in DEV_ROWS if r.source is not modern_data.MLPERF_31])
+    assert [p["row"] for p in modern_devset.parse_dev_table(table)] == [r.id for r in DEV_ROWS]
 
 
 # -- the rows simulate (about a second for all of them) ----------------------------------------------------
