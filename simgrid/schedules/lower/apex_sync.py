@@ -1,7 +1,7 @@
 """Passes: NeMo's apex ``DistributedFusedAdam`` gradient and parameter sync under Megatron-Core's schedules.
 
-``Layout.zero_impl = "apex"`` (ZeRO-1). Read from NeMo r2.0.0rc1 (Aug 2024, the NeMo 2.0 release candidate the
-24.07 container ships) and the commits its Dockerfile pins (lines 67-68): Megatron-LM 338af514 (core_r0.8.0 but for
+``Layout.zero_impl = "apex"`` (ZeRO-1). Read from NeMo r2.0.0rc1 (Aug 2024, the NeMo 2.0 release candidate; assumed
+to be the 24.07 container's NeMo: the launcher pins no NeMo version) and the commits its Dockerfile pins (lines 67-68): Megatron-LM 338af514 (core_r0.8.0 but for
 docstrings; schedules.py lines below are 338af514's) and NVIDIA/apex 810ffae3 (distributed_fused_adam.py lines below
 are 810ffae3's; f3f04924 of April 2024 adds only NCCL user buffers, f9f19d5c of July only another hook registration):
 
