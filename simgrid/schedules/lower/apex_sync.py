@@ -46,9 +46,7 @@ from simgrid.schedules.lower.context import LoweringContext, Role, Step
 from simgrid.schedules.lower.data_parallel import (
     add_overlapped_grad_sync,
     bucket_collective,
-    insert_after_weight_grads,
-    last_backward_step,
-    split_at_buckets,
+    sync_during_last_backward,
 )
 from simgrid.schedules.lower.param_gather import add_overlapped_param_gather, gather_collective, gathers_overlapped
 
@@ -79,20 +77,6 @@ def _forward_steps(role: Role) -> list[Step]:
     return [s for s in role if s.action is not None and s.action.kind == "F"]
 
 
-def _per_bucket_during_backward(ctx: LoweringContext, role: Role, pp_rank: int, skip: tuple[int, Bucket] | None) -> None:
-    """apex's post-backward hooks: each bucket's reduce-scatter once its last gradient is in (last micro-batch)."""
-    for stage in ctx.stages_of(pp_rank):
-        buckets = ctx.buckets(stage)
-        additions: dict[int, list[Op]] = {}
-        for bucket in buckets:
-            if skip is not None and (stage, bucket) == skip:
-                continue
-            additions.setdefault(min(bucket.blocks), []).append(bucket_collective(ctx, pp_rank, stage, bucket))
-        step = last_backward_step(role, stage)
-        split_at_buckets(ctx, step, buckets)
-        insert_after_weight_grads(step, additions)
-
-
 def add_apex_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     """apex reduce-scatters, placed as NeMo's ``grad_sync_func`` and apex's hooks issue them (module docstring)."""
     if not is_apex(ctx) or not ctx.layout.overlap_grad_reduce:
@@ -101,7 +85,7 @@ def add_apex_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     backwards = _backward_steps(role)
     lay = ctx.layout
     if lay.vpp == 1 and (lay.pp == 1 or pp_rank == 0):
-        _per_bucket_during_backward(ctx, role, pp_rank, deferred)
+        sync_during_last_backward(ctx, role, pp_rank, skip=deferred)  # apex's post-backward hooks
     else:
         # 1F1B ranks > 0: one grad_sync_func after the cool-down. Interleaved: per chunk, pp_rank backward
         # iterations after the chunk's last one (or after the loop).
@@ -133,7 +117,6 @@ def add_apex_param_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
 
     # The previous step's optimizer gathers the first bucket; param_sync_func[0] and [1] at the step's start.
     role[0].ops = [*role[0].ops, *first, *wait_for(first), *chunks[0], *wait_for(chunks[0]), *chunks[1]]
-    waited = {0}
     forwards = _forward_steps(role)
     first_forward: dict[int, int] = {}
     for k, step in enumerate(forwards):
@@ -143,10 +126,9 @@ def add_apex_param_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     for c in range(1, len(stages) - 1):  # chunk c + 1 is launched c * pp - pp_rank forwards in, waiting for c
         at = max(0, first_forward[stages[c]] - pp_rank)
         before.setdefault(at, []).extend([*wait_for(chunks[c]), *chunks[c + 1]])
-        waited.add(c)
-    for c in range(1, len(stages)):  # the pre-forward hook waits for a chunk still syncing at its first use
-        if c not in waited:
-            before.setdefault(first_forward[stages[c]], []).extend(wait_for(chunks[c]))
+    # Every chunk but the last is waited for where the next one launches; the last chunk, still syncing at its
+    # first use, by the pre-forward hook of that forward.
+    before.setdefault(first_forward[stages[-1]], []).extend(wait_for(chunks[-1]))
     for at, ops in before.items():
         forwards[at].ops = [*ops, *forwards[at].ops]
     return role

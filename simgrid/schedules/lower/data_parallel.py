@@ -133,15 +133,23 @@ def add_overlapped_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> 
             for bucket in ctx.buckets(stage)
         ]
         return role
+    sync_during_last_backward(ctx, role, pp_rank)
+    return role
+
+
+def sync_during_last_backward(ctx: LoweringContext, role: Role, pp_rank: int,
+                              skip: tuple[int, Bucket] | None = None) -> None:
+    """Each bucket's gradient collective as soon as its last gradient is in, on every stage's last backward
+    (DDP's / Megatron-Core's / apex's post-backward hooks); ``skip``, a ``(stage, bucket)``, is issued elsewhere."""
     for stage in ctx.stages_of(pp_rank):
         additions: dict[int, list[Op]] = defaultdict(list)
         buckets = ctx.buckets(stage)
         for bucket in buckets:
-            additions[min(bucket.blocks)].append(bucket_collective(ctx, pp_rank, stage, bucket))
+            if skip != (stage, bucket):
+                additions[min(bucket.blocks)].append(bucket_collective(ctx, pp_rank, stage, bucket))
         step = last_backward_step(role, stage)
         split_at_buckets(ctx, step, buckets)
         insert_after_weight_grads(step, additions)
-    return role
 
 
 def double_buffer_bytes(buckets: list[Bucket]) -> int:
