@@ -21,7 +21,9 @@ FlashAttention, expert tensor parallelism 1 (folding), all-to-all dispatcher, gr
 
 A third row is Megatron-LM's "reference best parallel mapping" of MCore v0.8 for Mixtral 8x22B (128 GPUs,
 TP 4, EP 2, PP 8, VP 7; ``megatron/core/transformer/moe/README.md``), before folding, with expert tensor
-parallelism equal to tp; no MFU is published for it.
+parallelism equal to tp; no MFU is published for it. Two more rows run the paper layouts under Transformer
+Engine fp8 (delayed scaling; nothing published: the paper's figures are bf16), with MFU still against the bf16
+peak, so they read as the speed-up fp8 would give, not as a validation.
 
 This is a comparison, not a validation, and no test depends on its numbers: whether the harness defaults are
 the paper's best layouts is not confirmed; Megatron overlaps the shared expert with the dispatch (the simulator
@@ -73,6 +75,8 @@ class Run:
     """Model chunks per pipeline rank."""
     published_mfu: float | None
     """Published MFU, or None."""
+    fp8: str = "none"
+    """``Layout.fp8_recipe`` (the published runs are bf16; fp8 rows are the same layouts, simulated only)."""
 
 
 RUNS = (
@@ -82,6 +86,10 @@ RUNS = (
         etp=1, vpp=7, published_mfu=0.390),
     Run(label="Mixtral 8x22B, MCore v0.8 mapping", model="mixtral-8x22b", vocab=32000, gpus=128, tp=4, pp=8,
         ep=2, etp=4, vpp=7, published_mfu=None),
+    Run(label="Mixtral 8x22B, folded, fp8 delayed", model="mixtral-8x22b", vocab=32000, gpus=128, tp=2, pp=8, ep=8,
+        etp=1, vpp=1, published_mfu=None, fp8="delayed"),
+    Run(label="Qwen2-57B-A14B, folded, fp8 delayed", model="qwen2-57b-a14b", vocab=None, gpus=64, tp=2, pp=4, ep=4,
+        etp=1, vpp=7, published_mfu=None, fp8="delayed"),
 )
 
 
@@ -95,7 +103,7 @@ def layout_of(run: Run) -> Layout:
     """The run's layout with the harness recipe (module docstring)."""
     schedule = "interleaved-1f1b" if run.vpp > 1 else "1f1b"
     return Layout(tp=run.tp, pp=run.pp, ep=run.ep, etp=run.etp, vpp=run.vpp, schedule=schedule,  # type: ignore[arg-type]
-                  dp=run.gpus // (run.tp * run.pp), **RECIPE)  # type: ignore[arg-type]
+                  dp=run.gpus // (run.tp * run.pp), fp8_recipe=run.fp8, **RECIPE)  # type: ignore[arg-type]
 
 
 def report() -> str:

@@ -46,7 +46,7 @@ from simgrid.errors import LayoutError
 from simgrid.layout.spec import Layout
 from simgrid.model.blocks import block_kind, stage_blocks, stages_of_rank
 from simgrid.model.cost import block_cost
-from simgrid.model.fp8_kernels import FP8_WEIGHT_CACHE_BYTES, fp8_weight_params
+from simgrid.model.fp8_kernels import FP8_WEIGHT_CACHE_BYTES, fp8_moe_weight_params, fp8_weight_params
 from simgrid.model.moe import is_moe_block
 from simgrid.model.spec import ModelSpec
 
@@ -159,9 +159,12 @@ def block_state_bytes(model: ModelSpec, layout: Layout, block: int) -> ModelStat
     """
     cost = block_cost(model, layout, block)
     dense = model_states_for_params(cost.param_count - cost.expert_param_count, layout)
-    if layout.fp8_recipe != "none" and not is_moe_block(model, block):
-        # Transformer Engine's cached fp8 weight and its transpose, whole on every rank (not ZeRO-sharded).
-        cache = FP8_WEIGHT_CACHE_BYTES * fp8_weight_params(model, layout, block_kind(model, block)[0])
+    if layout.fp8_recipe != "none":
+        # Transformer Engine's cached fp8 weight and its transpose, whole on every rank (not ZeRO-sharded); a MoE
+        # sub-block's local experts and shared expert too (GroupedLinear caches one per expert, "weight{i}").
+        params = (fp8_moe_weight_params(model, layout) if is_moe_block(model, block)
+                  else fp8_weight_params(model, layout, block_kind(model, block)[0]))
+        cache = FP8_WEIGHT_CACHE_BYTES * params
         dense = dense + ModelStates(weights_bytes=cache, grads_bytes=0, optimizer_bytes=0)
     if not cost.expert_param_count:
         return dense

@@ -121,7 +121,7 @@ def block_activation_bytes(
                                       sequence_parallel=sequence_parallel, dtype_bytes=d)
     if is_moe_block(model, block):
         return moe_activation_bytes(model, micro_batch_size=b, tp=tp, cp=cp, etp=etp, dtype_bytes=d,
-                                    recompute=recompute, dropout_mask_bytes=mask)
+                                    recompute=recompute, dropout_mask_bytes=mask, fp8=fp8)
 
     if kind == "attn":
         q_width = local_q_heads(model, tp) * model.head_dim

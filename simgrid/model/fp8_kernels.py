@@ -33,8 +33,8 @@ the norm writes 16-bit and a separate amax pass and cast follow (2d + 1, three l
 Left out: the delayed recipe's amax-history reduction (one all-reduce of a few KB per fp8_autocast exit:
 latency-bound tens of microseconds per micro-batch), current scaling's per-tensor amax all-reduce over the
 tensor-parallel group for gathered inputs, and the bias-gradient column sums the fused cast-transpose absorbs.
-MoE models are refused under fp8 (:func:`simgrid.layout.check_fp8_model`): their sub-blocks list no GEMMs, so
-expert GEMMs would stay at the 16-bit rate with none of TE GroupedLinear's casts; no MoE case reaches this module.
+A MoE layer's MLP sub-block is :func:`fp8_moe_traffic` (TE ``GroupedLinear`` experts, padding copies, shared
+expert through the same linear-pair rule as the dense layers).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ from typing import NamedTuple
 
 from simgrid.layout.spec import Layout
 from simgrid.model.blocks import local_q_heads, local_seq_length
+from simgrid.model.moe import fc1_width, moe_spec, padded_tokens_per_local_expert
 from simgrid.model.params import mlp_in_width, qkv_width
 from simgrid.model.spec import ModelSpec
 
@@ -94,6 +95,17 @@ def fp8_traffic(model: ModelSpec, layout: Layout, kind: str) -> FP8Traffic:
     """The fp8 casts of a dense ``attn`` or ``mlp`` sub-block (module docstring); zero without fp8."""
     if layout.fp8_recipe == "none" or kind not in ("attn", "mlp"):
         return NO_FP8
+    column_out, row_in = _widths(model, layout, kind)
+    return _linear_pair(model, layout, column_out, row_in, fp8_weight_params(model, layout, kind), norm_fused=True)
+
+
+def _linear_pair(model: ModelSpec, layout: Layout, column_out: int, row_in: int, weights: int, *,
+                 norm_fused: bool) -> FP8Traffic:
+    """A column-parallel TE linear (``column_out`` wide on this rank) then a row-parallel one (``row_in`` wide
+    input), both over the micro-batch's tokens, with ``weights`` parameters cast once per step.
+    ``norm_fused``: the column linear is a ``LayerNormLinear`` (its norm emits fp8); else a ``Linear`` that
+    casts the 16-bit norm output itself (a MoE layer's shared expert, gpt_layer_specs.py lines 264-267 at
+    core_r0.10.0: ``TEColumnParallelLinear`` behind a separate ``TENorm``, line 102)."""
     d, tp, h = layout.param_bytes, layout.tp, model.hidden_size
     current = layout.fp8_recipe == "current"
     amax = d if current else 0  # current scaling's extra read of every quantized 16-bit tensor
@@ -102,25 +114,100 @@ def fp8_traffic(model: ModelSpec, layout: Layout, kind: str) -> FP8Traffic:
     tokens = layout.micro_batch_size * local_seq_length(model, layout.cp)
     full = tokens * h
     shard = full // tp if sp else full
-    column_out, row_in = _widths(model, layout, kind)
     grad_col, x_row = tokens * column_out, tokens * row_in
-    # LayerNormLinear forward: fp8 norm output (delayed) or 16-bit norm + amax + cast (current).
-    fwd = (2 * d + 1) * shard if current else (FP8_BYTES - d) * shard
-    fwd_k = 3 if current else 0
+    if norm_fused:
+        # LayerNormLinear forward: fp8 norm output (delayed) or 16-bit norm + amax + cast (current); its
+        # backward transposes the (gathered) fp8 ln_out for the weight gradient.
+        fwd = (2 * d + 1) * shard if current else (FP8_BYTES - d) * shard
+        fwd_k = 3 if current else 0
+        bwd, bwd_k = TRANSPOSE_BYTES * full, 1
+    else:
+        # Linear forward input cast, as the row-parallel one below; the backward transposes the gathered input
+        # under sequence parallelism (the cast-transpose wrote it in the forward otherwise).
+        fwd, fwd_k = (d + (1 if sp else 2) + amax) * shard, 1 + amax_k
+        bwd, bwd_k = (TRANSPOSE_BYTES * full, 1) if sp else (0, 0)
     # Linear forward input cast (with its transpose unless sequence parallel).
     fwd += (d + (1 if sp else 2) + amax) * x_row
     fwd_k += 1 + amax_k
     # Backward: transposes for the weight gradients, the output-gradient casts.
-    bwd = TRANSPOSE_BYTES * full + (d + 2 + amax) * grad_col
-    bwd_k = 1 + 1 + amax_k
+    bwd += (d + 2 + amax) * grad_col
+    bwd_k += 1 + amax_k
     if sp:
         bwd += TRANSPOSE_BYTES * x_row + (d + 1 + amax) * shard + TRANSPOSE_BYTES * full
         bwd_k += 1 + 2 + amax_k
     else:
         bwd += (d + 2 + amax) * full
         bwd_k += 1 + amax_k
-    weights = fp8_weight_params(model, layout, kind)
     m = layout.num_microbatches
     weight_bytes = (d + 2 + amax) * weights // m
     weight_k = -(-2 * (1 + amax_k) // m)  # at least one launch per micro-batch while any is left
     return FP8Traffic(fwd + weight_bytes, bwd, fwd_k + weight_k, bwd_k, weight_bytes, weight_k)
+
+
+# -- MoE sub-blocks -----------------------------------------------------------------------------------------
+def fp8_moe_weight_params(model: ModelSpec, layout: Layout) -> int:
+    """Parameters of a MoE sub-block's TE linears on one rank: the ``E / ep`` local experts' fc1 and fc2 weights
+    (each split ``1/etp``) and the shared expert's two linears (split over tp); 0 without fp8. The router and
+    gate are not TE modules (no fp8 copy)."""
+    if layout.fp8_recipe == "none":
+        return 0
+    moe, h = moe_spec(model), model.hidden_size
+    f_l = moe.expert_ffn_hidden_size // layout.expert_tp
+    routed = moe.num_experts // layout.ep * h * (fc1_width(model, moe.expert_ffn_hidden_size) // layout.expert_tp
+                                                 + f_l)
+    return routed + _shared_weights(model, layout)
+
+
+def _shared_weights(model: ModelSpec, layout: Layout) -> int:
+    """Parameters of the shared expert's two linears on one tp rank (0 without a shared expert)."""
+    f_s = moe_spec(model).shared_expert_ffn_hidden_size
+    return model.hidden_size * (fc1_width(model, f_s) // layout.tp + f_s // layout.tp)
+
+
+def fp8_moe_traffic(model: ModelSpec, layout: Layout) -> FP8Traffic:
+    """The fp8 casts of a MoE sub-block (zero without fp8), read from TE v1.11's ``GroupedLinear``
+    (transformer_engine/pytorch/module/grouped_linear.py) and Megatron-Core core_r0.10.0's ``TEGroupedMLP``.
+
+    Routed experts, over the ``R = (E / ep) m_pad`` rows of the grouped GEMMs (tokens per local expert padded
+    to 16, :func:`simgrid.model.moe.padded_tokens_per_local_expert`):
+    forward: ``Fp8Padding`` copies the permuted tokens into the padded buffer (read + write ``R h d``, one
+    launch: ``multi_padding_fused``, fp8_padding.py line 39) and ``Fp8Unpadding`` copies fc2's output back
+    (``torch.cat``, one launch); each grouped linear casts its input with the transpose its weight gradient
+    needs in one ``fp8_multi_cast_transpose_fused`` over all local experts (``d + 2``; line 104: TE's
+    GroupedLinear is never sequence-parallel there, Megatron passes tp_size 1 for explicit expert
+    communication, so line 98's condition holds). Backward: the padding copies' gradients (the same bytes,
+    two launches) and each grouped linear's output gradient ``fp8_multi_cast_transpose_fused`` (``d + 2``;
+    line 315), or with biases one ``fp8_cast_transpose_bgrad_fused`` per expert (line 300). The saved inputs
+    are those transposes, so no backward transpose. Weights: every local expert's fc1 and fc2 weight is cast
+    with its transpose into a cached workspace once per step (``cache_name=f"weight{i}"``, lines 739-746),
+    ``d + 2`` per parameter, charged as a 1/m share of each forward like the dense linears'.
+    Shared expert: the dense pair of TE linears (:func:`_linear_pair`, its fc1 a ``Linear`` behind a 16-bit norm).
+    The router, its softmax/top-k, the permutation and the all-to-alls stay 16-bit (no fp8 path in router.py
+    or token_dispatcher.py at core_r0.10.0). ``current`` scaling adds an amax read and two launches per
+    quantized tensor, as for the dense linears (a grouped cast counted as one tensor: an approximation).
+    """
+    if layout.fp8_recipe == "none":
+        return NO_FP8
+    moe, h, d = moe_spec(model), model.hidden_size, layout.param_bytes
+    current = layout.fp8_recipe == "current"
+    amax, amax_k = (d, 2) if current else (0, 0)
+    local = moe.num_experts // layout.ep
+    rows = local * padded_tokens_per_local_expert(model, layout)
+    n1 = fc1_width(model, moe.expert_ffn_hidden_size) // layout.expert_tp
+    f_l = moe.expert_ffn_hidden_size // layout.expert_tp
+    pad = 2 * 2 * d * rows * h  # pad before fc1, unpad after fc2: read + write each
+    cast = d + 2 + amax
+    fwd = pad + cast * rows * (h + f_l)  # fc1 input, fc2 input (the activation's output)
+    bwd = pad + cast * rows * (h + n1)  # fc2 output gradient, fc1 output gradient
+    fwd_k, bwd_k = 2 + 2 * (1 + amax_k), 2 + (2 * local if model.bias else 2) * (1 + amax_k)
+    m = layout.num_microbatches
+    weights = local * h * (n1 + f_l)
+    weight_bytes = cast * weights // m
+    weight_k = -(-2 * local * (1 + amax_k) // m)  # one cast per expert weight, spread over the step
+    out = FP8Traffic(fwd + weight_bytes, bwd, fwd_k + weight_k, bwd_k, weight_bytes, weight_k)
+    if moe.shared_expert_ffn_hidden_size:
+        f_s = moe.shared_expert_ffn_hidden_size
+        shared = _linear_pair(model, layout, fc1_width(model, f_s) // layout.tp, f_s // layout.tp,
+                              _shared_weights(model, layout), norm_fused=False)
+        out = FP8Traffic(*(a + b for a, b in zip(out, shared, strict=True)))
+    return out

@@ -35,7 +35,7 @@ from functools import lru_cache
 
 from simgrid.layout.spec import Layout
 from simgrid.model.blocks import block_kind, local_q_heads, local_seq_length, local_vocab
-from simgrid.model.moe import is_moe_block
+from simgrid.model.moe import is_moe_block, moe_gemms
 from simgrid.model.params import mlp_in_width, qkv_width
 from simgrid.model.spec import ModelSpec
 
@@ -59,8 +59,11 @@ class BlockGemms:
     """Bytes per element of the ``main_grad`` buffer the weight-gradient GEMMs accumulate into (their epilogue
     reads C and writes D, this many bytes each); 0: they write a fresh output in the compute dtype."""
     known: bool = True
-    """False when the block's GEMMs are not listed (a MoE sub-block's grouped expert GEMMs): the ops that
-    contain it are priced at one representative shape instead."""
+    """False when the block's GEMMs are not listed: the ops that contain it are priced at one representative
+    shape instead. Every sub-block lists its GEMMs since session 14 (MoE included); kept for hand-built costs."""
+    unquantized: frozenset[tuple[int, int, int]] = frozenset()
+    """Shapes that stay 16-bit under fp8 beyond the attention core: a MoE sub-block's router and shared-expert
+    gate (:attr:`simgrid.model.moe.MoEGemms.unquantized`)."""
 
 
 MAIN_GRAD_FP32_BYTES = 4
@@ -95,12 +98,14 @@ def fp8_gemm_shapes(gemms: BlockGemms, layout: Layout, kind: str) -> frozenset[t
     the embedding no GEMM, and the attention core (``TEDotProductAttention``) runs in fp8 only with the recipe's
     ``fp8_dpa``, off by default (transformer_engine/common/recipe/__init__.py line 106): those stay 16-bit. A core
     GEMM of the same shape as a linear one (never in a real model: it would need head dim = hidden) stays
-    16-bit. MoE sub-blocks list no GEMMs (priced at one 16-bit representative shape), which is why fp8 on a MoE model
-    is refused (:func:`simgrid.layout.check_fp8_model`)."""
+    16-bit. A MoE sub-block's routed experts (TE ``GroupedLinear``: ``fp8_grouped_gemm`` in forward, dgrad and wgrad,
+    grouped_linear.py lines 155, 346 and 396 at v1.11) and shared expert (TE linears, gpt_layer_specs.py lines
+    264-267 at core_r0.10.0) run in fp8; its router and gate stay 16-bit (``BlockGemms.unquantized``). A routed
+    GEMM of the same shape as the router stays 16-bit too (shape routing; never in a real model)."""
     if layout.fp8_recipe == "none" or kind not in ("attn", "mlp") or not gemms.known:
         return frozenset()
     core = {g[:3] for g in gemms.core_fwd} | ({g[:3] for g in gemms.bwd_input[1:-1]} if kind == "attn" else set())
-    linear = {g[:3] for g in (*gemms.fwd, *gemms.bwd_input, *gemms.bwd_weight)} - core
+    linear = {g[:3] for g in (*gemms.fwd, *gemms.bwd_input, *gemms.bwd_weight)} - core - gemms.unquantized
     return frozenset(linear)
 
 
@@ -123,9 +128,11 @@ def _kind_gemms(model: ModelSpec, layout: Layout, kind: str, moe: bool) -> Block
     tokens = layout.micro_batch_size * s_q
     if kind == "embed":
         return BlockGemms(fwd=(), bwd_input=(), bwd_weight=())
-    if moe:  # router, grouped experts and shared expert: not listed shape by shape
-        return BlockGemms(fwd=(), bwd_input=(), bwd_weight=(), known=False)
     acc = wgrad_accumulate_bytes(layout)
+    if moe:  # router, gate, grouped experts (stacked) and shared expert: simgrid.model.moe.moe_gemms
+        g = moe_gemms(model, layout)
+        return BlockGemms(fwd=g.fwd, bwd_input=g.bwd_input, bwd_weight=g.bwd_weight, wgrad_accumulate_bytes=acc,
+                          unquantized=g.unquantized)
     if kind == "head":
         f, i, w = _linear(tokens, h, local_vocab(model, tp))
         return BlockGemms(fwd=(f,), bwd_input=(i,), bwd_weight=(w,), wgrad_accumulate_bytes=acc)

@@ -35,7 +35,7 @@ from typing import NamedTuple
 from simgrid.layout.spec import Layout
 from simgrid.model.activations import MASK_BYTES, SOFTMAX_STATS_BYTES, uses_dropout
 from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_seq_length, local_vocab
-from simgrid.model.fp8_kernels import NO_FP8, FP8Traffic, fp8_traffic
+from simgrid.model.fp8_kernels import NO_FP8, FP8Traffic, fp8_moe_traffic, fp8_traffic
 from simgrid.model.moe import is_moe_block, moe_traffic
 from simgrid.model.params import mlp_in_width, qkv_width
 from simgrid.model.spec import ModelSpec
@@ -191,8 +191,9 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
 
     if is_moe_block(model, block):
         moe = moe_traffic(model, layout, dropout_mask_bytes=MASK_BYTES if dropout else 0)
-        return BlockKernels(fwd_hbm_bytes=moe.fwd_hbm_bytes, bwd_hbm_bytes=moe.bwd_hbm_bytes,
-                            fwd_kernels=moe.fwd_kernels, bwd_kernels=moe.bwd_kernels, gemm_mnk=moe.gemm_mnk)
+        return _with_fp8(BlockKernels(fwd_hbm_bytes=moe.fwd_hbm_bytes, bwd_hbm_bytes=moe.bwd_hbm_bytes,
+                                      fwd_kernels=moe.fwd_kernels, bwd_kernels=moe.bwd_kernels, gemm_mnk=moe.gemm_mnk),
+                         fp8_moe_traffic(model, layout))
     inner = tokens * (model.ffn_size // tp) * d
     act_fwd, act_bwd = (3 * inner, 5 * inner) if model.gated_mlp else (2 * inner, 3 * inner)
     fwd = norm_fwd + act_fwd + residual_fwd
@@ -208,7 +209,7 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
 
 
 def _with_fp8(kernels: BlockKernels, f8: FP8Traffic) -> BlockKernels:
-    """A dense sub-block's kernels plus Transformer Engine's fp8 casts (:mod:`simgrid.model.fp8_kernels`)."""
+    """A sub-block's kernels plus Transformer Engine's fp8 casts (:mod:`simgrid.model.fp8_kernels`)."""
     if f8 == NO_FP8:
         return kernels
     return dataclasses.replace(kernels, fwd_hbm_bytes=kernels.fwd_hbm_bytes + f8.fwd_bytes,

@@ -75,7 +75,7 @@ def num_moe_layers(model: ModelSpec) -> int:
     return 0 if model.moe is None else model.num_layers - model.moe.first_dense_layers
 
 
-def _in_width(model: ModelSpec, width: int) -> int:
+def fc1_width(model: ModelSpec, width: int) -> int:
     """Output width of an MLP's first GEMM: ``2 * width`` (gate and up) for a gated MLP."""
     return (2 if model.gated_mlp else 1) * width
 
@@ -84,7 +84,7 @@ def expert_params(model: ModelSpec, etp: int = 1) -> int:
     """One routed expert's parameters on one expert tensor-parallel rank (column/row split like Megatron's
     MLP: first GEMM and its bias split, second GEMM split, its bias replicated)."""
     moe, h = moe_spec(model), model.hidden_size
-    inner = _in_width(model, moe.expert_ffn_hidden_size) // etp
+    inner = fc1_width(model, moe.expert_ffn_hidden_size) // etp
     biases = inner + h if model.bias else 0
     return h * inner + (moe.expert_ffn_hidden_size // etp) * h + biases
 
@@ -95,7 +95,7 @@ def moe_dense_params(model: ModelSpec, tp: int = 1) -> int:
     moe, h = moe_spec(model), model.hidden_size
     shared = 0
     if moe.shared_expert_ffn_hidden_size:
-        inner = _in_width(model, moe.shared_expert_ffn_hidden_size) // tp
+        inner = fc1_width(model, moe.shared_expert_ffn_hidden_size) // tp
         shared = h * inner + (moe.shared_expert_ffn_hidden_size // tp) * h + (inner + h if model.bias else 0)
     gate = h if moe.shared_expert_gate else 0
     return norm_params(model) + h * moe.num_experts + shared + gate
@@ -133,6 +133,78 @@ def tokens_per_local_expert(model: ModelSpec, layout: Layout) -> int:
     return max(1, round(t_e * layout.ep / moe.num_experts))
 
 
+FP8_TOKEN_ALIGN = 16
+"""Under fp8, Megatron-Core's ``TEGroupedMLP`` pads every local expert's token count up to a multiple of 16
+before fc1 and strips the padding after fc2 (``Fp8Padding`` / ``Fp8Unpadding``: experts.py lines 636-639, 655-658
+and 707-708 at core_r0.10.0; TE v1.11 fp8_padding.py line 106, ``(m + 15) // 16 * 16``), so the grouped GEMMs
+run on the padded rows."""
+
+
+def padded_tokens_per_local_expert(model: ModelSpec, layout: Layout) -> int:
+    """The ``m`` of the experts' grouped GEMMs as they run: :func:`tokens_per_local_expert`, rounded up to a
+    multiple of :data:`FP8_TOKEN_ALIGN` under fp8 (``Layout.fp8_recipe``), unchanged otherwise."""
+    m = tokens_per_local_expert(model, layout)
+    if layout.fp8_recipe == "none":
+        return m
+    return -(-m // FP8_TOKEN_ALIGN) * FP8_TOKEN_ALIGN
+
+
+MNK = tuple[int, int, int, int]
+"""``(m, n, k, count)`` as :data:`simgrid.model.gemms.Gemm` (not imported: gemms imports this module)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoEGemms:
+    """The GEMMs of one MoE sub-block for one micro-batch on one rank, by pass, and which stay 16-bit."""
+
+    fwd: tuple[MNK, ...]
+    """Forward: router, shared-expert gate, expert fc1 and fc2 (grouped, stacked), shared fc1 and fc2."""
+    bwd_input: tuple[MNK, ...]
+    """Input gradients, in backward order."""
+    bwd_weight: tuple[MNK, ...]
+    """Weight gradients, in backward order."""
+    unquantized: frozenset[tuple[int, int, int]]
+    """Shapes of the router and shared-expert gate GEMMs: ``torch.nn.functional.linear`` in Megatron-Core
+    (router.py line 59, shared_experts.py line 87 at core_r0.10.0), never fp8 under Transformer Engine."""
+
+
+def _linear3(tokens: int, h_in: int, h_out: int) -> tuple[MNK, MNK, MNK]:
+    """Forward, input-gradient and weight-gradient GEMMs of a ``h_in -> h_out`` linear over ``tokens`` rows."""
+    return (tokens, h_out, h_in, 1), (tokens, h_in, h_out, 1), (h_in, h_out, tokens, 1)
+
+
+def moe_gemms(model: ModelSpec, layout: Layout) -> MoEGemms:
+    """Every GEMM of a MoE sub-block (module docstring), shape by shape.
+
+    Router ``(T_r, E, h)`` and the shared-expert gate ``(T_r, 1, h)`` on the rank's sequence shard; the shared
+    expert as a dense MLP over the gathered ``T`` tokens split over tp. The routed experts' grouped GEMMs are
+    listed stacked, as :attr:`MoETraffic.gemm_mnk` (a grouped kernel fills its waves with the tiles of every
+    local expert): forward and input gradient with the ``E / ep`` experts' rows stacked along ``m``, the weight
+    gradients (one ``h x n`` output per expert, inner dimension the expert's tokens) with the experts' outputs
+    stacked along ``m``. Their FLOPs are :func:`moe_block_flops`' up to the rounding of tokens per expert
+    (and, under fp8, the padding of each expert's tokens to a multiple of 16, which the GPU does compute).
+    """
+    moe, h = moe_spec(model), model.hidden_size
+    t_r = routed_tokens(model, layout.micro_batch_size, layout.tp, layout.cp)
+    local = moe.num_experts // layout.ep
+    m_e = padded_tokens_per_local_expert(model, layout)
+    n1 = fc1_width(model, moe.expert_ffn_hidden_size) // layout.expert_tp
+    f_l = moe.expert_ffn_hidden_size // layout.expert_tp
+    router = _linear3(t_r, h, moe.num_experts)
+    gate = _linear3(t_r, h, 1) if moe.shared_expert_gate else None
+    rows = local * m_e
+    fc1 = ((rows, n1, h, 1), (rows, h, n1, 1), (local * h, n1, m_e, 1))
+    fc2 = ((rows, h, f_l, 1), (rows, f_l, h, 1), (local * f_l, h, m_e, 1))
+    parts = [router, *([gate] if gate else []), fc1, fc2]
+    if moe.shared_expert_ffn_hidden_size:
+        tokens = layout.micro_batch_size * local_seq_length(model, layout.cp)
+        f_s = moe.shared_expert_ffn_hidden_size
+        parts += [_linear3(tokens, h, fc1_width(model, f_s) // layout.tp), _linear3(tokens, f_s // layout.tp, h)]
+    unquantized = {g[:3] for g in (*router, *(gate or ()))}
+    return MoEGemms(fwd=tuple(p[0] for p in parts), bwd_input=tuple(p[1] for p in reversed(parts)),
+                    bwd_weight=tuple(p[2] for p in reversed(parts)), unquantized=frozenset(unquantized))
+
+
 # -- FLOPs --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class MoEFlops:
@@ -154,11 +226,11 @@ def moe_block_flops(model: ModelSpec, *, micro_batch_size: int = 1, tp: int = 1,
     t_e = expert_tokens(model, micro_batch_size, tp, cp, etp, routed_factor)
     f_e = moe.expert_ffn_hidden_size
     fwd = 2.0 * t_r * h * moe.num_experts
-    fwd += 2.0 * t_e * h * (_in_width(model, f_e) + f_e) / etp
+    fwd += 2.0 * t_e * h * (fc1_width(model, f_e) + f_e) / etp
     if moe.shared_expert_ffn_hidden_size:
         tokens = micro_batch_size * local_seq_length(model, cp)
         f_s = moe.shared_expert_ffn_hidden_size
-        fwd += 2.0 * tokens * h * (_in_width(model, f_s) + f_s) / tp
+        fwd += 2.0 * tokens * h * (fc1_width(model, f_s) + f_s) / tp
     if moe.shared_expert_gate:
         fwd += 2.0 * t_r * h
     return MoEFlops(fwd=fwd, bwd_input=fwd, bwd_weight=fwd)
@@ -166,12 +238,16 @@ def moe_block_flops(model: ModelSpec, *, micro_batch_size: int = 1, tp: int = 1,
 
 # -- activations and memory traffic -------------------------------------------------------------------------
 def moe_activation_bytes(model: ModelSpec, *, micro_batch_size: int = 1, tp: int = 1, cp: int = 1, etp: int = 1,
-                         dtype_bytes: int = 2, recompute: RecomputePolicy = "none", dropout_mask_bytes: int = 0) -> int:
+                         dtype_bytes: int = 2, recompute: RecomputePolicy = "none", dropout_mask_bytes: int = 0,
+                         fp8: bool = False) -> int:
     """Bytes a MoE sub-block saves for its backward, one micro-batch, one rank (module docstring).
 
     Full recompute keeps only the layer input, which belongs to the attention sub-block, so 0 here; selective
     recompute reruns the attention core only. ``dropout_mask_bytes``: bytes per element of the residual-dropout
-    mask (0 without dropout).
+    mask (0 without dropout). ``fp8`` (``Layout.fp8_recipe``): Transformer Engine's linears save their fp8 input
+    (GroupedLinear its fp8 transposes, grouped_linear.py lines 212-219 at v1.11; Linear its fp8 input): the
+    experts' fc1 and fc2 inputs and the shared expert's fc2 input take 1 byte, and the shared expert's fc1
+    saves an fp8 copy of its (sequence-shard) input beside the 16-bit norm output the router keeps.
     """
     if recompute == "full":
         return 0
@@ -180,13 +256,15 @@ def moe_activation_bytes(model: ModelSpec, *, micro_batch_size: int = 1, tp: int
     t_e = expert_tokens(model, micro_batch_size, tp, cp, etp)
     f_local = moe.expert_ffn_hidden_size // etp
     total: float = 2 * t_r * h * d + t_r * moe.num_experts * d  # norm input, router input, router probabilities
-    total += t_e * h * d + t_e * (_in_width(model, f_local) + f_local) * d  # experts' GEMM inputs / outputs
+    total += t_e * h * d + t_e * (fc1_width(model, f_local) + f_local) * d  # experts' GEMM inputs / outputs
     total += moe.top_k * t_r * moe.routed_factor * h * d  # expert outputs read by the weighted sum
     total += t_r * h * dropout_mask_bytes
+    low = d - 1 if fp8 else 0  # bytes saved per element a TE linear keeps in fp8 instead
+    total -= low * t_e * (h + f_local)
     if moe.shared_expert_ffn_hidden_size:
         tokens = micro_batch_size * local_seq_length(model, cp)
         inner = moe.shared_expert_ffn_hidden_size // tp
-        total += tokens * (_in_width(model, inner) + inner) * d
+        total += tokens * (fc1_width(model, inner) + inner) * d - low * tokens * inner + (t_r * h if fp8 else 0)
     return int(total)
 
 
@@ -235,7 +313,7 @@ def moe_traffic(model: ModelSpec, layout: Layout, *, dropout_mask_bytes: int = 0
         bwd += 5 * shared if model.gated_mlp else 3 * shared
         fwd_k, bwd_k = fwd_k + 3 + int(moe.shared_expert_gate), bwd_k + 5 + 2 * int(moe.shared_expert_gate)
     m = tokens_per_local_expert(model, layout) * (moe.num_experts // layout.ep)
-    n = _in_width(model, moe.expert_ffn_hidden_size) // layout.expert_tp
+    n = fc1_width(model, moe.expert_ffn_hidden_size) // layout.expert_tp
     return MoETraffic(fwd_hbm_bytes=int(fwd), bwd_hbm_bytes=int(bwd), fwd_kernels=fwd_k, bwd_kernels=bwd_k,
                       gemm_mnk=(m, n, h))
 

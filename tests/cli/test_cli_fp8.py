@@ -1,5 +1,5 @@
 """``--fp8 none|delayed|current``: the flag reaches the simulated layout; a bad value, a GPU without fp8 tensor
-cores (simulate, memory, sweep) or fp8 on a MoE model is one line and exit 2, with nothing written."""
+cores (simulate, memory, sweep) is one line and exit 2, with nothing written; fp8 on a MoE model is accepted."""
 
 from __future__ import annotations
 
@@ -64,11 +64,8 @@ def test_sweep_refuses_fp8_on_a_gpu_without_fp8_peak_and_writes_nothing(
     ["memory", "--model", "tiny-moe", "--gpus", "2", "--cluster", "dgx-h100-ndr"],
     ["simulate", "--model", "tiny-moe", "--cluster", "dgx-h100-ndr", "--gpus", "2", "--mbs", "2", "--gbs", "4",
      "--schedule", "none"],
-    ["sweep", "--model", "tiny-moe", "--cluster", "dgx-h100-ndr", "--gpus", "2", "--gbs", "4", "--no-progress",
-     "--workers", "1"],
 ])
-def test_moe_with_fp8_is_refused_in_one_line(capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
-    assert main([*command, "--fp8", "delayed"]) == 2
-    line = _one_error_line(capsys.readouterr().err)
-    assert "fp8_recipe = 'delayed' is not modelled for MoE models such as 'tiny-moe'" in line
-    assert "use --fp8 none" in line
+def test_moe_with_fp8_is_accepted(capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    """MoE + fp8 is priced since session 14 (it was refused): memory and simulate succeed."""
+    assert main([*command, "--fp8", "delayed"]) in (0, None)
+    assert "error" not in capsys.readouterr().err

@@ -1,6 +1,7 @@
-"""``simgrid.layout.fp8_checks``: an fp8 layout on a GPU without fp8 tensor cores, and fp8 on a MoE model, are
-one-line LayoutErrors naming the field, the value and the fix, raised by every Python entry point that pairs a
-layout with hardware (simulate, estimate_memory, sweep, enumerate_layout_space, sweep_layouts) before any work."""
+"""``simgrid.layout.fp8_checks``: an fp8 layout on a GPU without fp8 tensor cores is a one-line LayoutError naming
+the field, the value and the fix, raised by every Python entry point that pairs a layout with hardware (simulate,
+estimate_memory, sweep, enumerate_layout_space, sweep_layouts) before any work; fp8 on a MoE model is accepted
+(priced since session 14, refused before)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from simgrid.simulation import simulate
 from simgrid.sweep import SweepConstraints, enumerate_layout_space, sweep, sweep_layouts
 
 NO_FP8 = r"fp8_recipe = 'delayed' needs fp8 tensor cores, but GPU 'a100-80gb-sxm' has no fp8 peak rate .*--fp8 none"
-MOE = r"fp8_recipe = 'current' is not modelled for MoE models such as 'tiny-moe' .*use --fp8 none"
 TINY = Layout(dp=2, micro_batch_size=2, global_batch_size=4, fp8_recipe="delayed")
 
 
@@ -39,15 +39,16 @@ def test_gpu_check_refuses_only_a_gpu_that_states_peaks_without_fp8() -> None:
     check_fp8_gpu("current", _MemoryOnlyGPU())
 
 
-def test_moe_check_refuses_fp8_on_a_moe_model_only() -> None:
+def test_moe_model_with_fp8_passes_the_model_check() -> None:
     moe = get_model("tiny-moe")
-    with pytest.raises(LayoutError, match=MOE) as err:
-        check_fp8_model(moe, "current")
-    assert "\n" not in str(err.value)
-    check_fp8_model(moe, "none")
-    check_fp8_model(get_model("tiny-gpt"), "current")
-    with pytest.raises(LayoutError, match=MOE):
-        check_layout(moe, Layout(dp=2, fp8_recipe="current"))
+    for recipe in ("none", "delayed", "current"):
+        check_fp8_model(moe, recipe)
+        check_layout(moe, Layout(dp=2, fp8_recipe=recipe))
+
+
+def test_moe_with_fp8_on_a100_is_still_refused() -> None:
+    with pytest.raises(LayoutError, match=NO_FP8):
+        simulate("tiny-moe", "dgx-a100-hdr", TINY)
 
 
 def test_simulate_refuses_fp8_on_a100_before_building() -> None:
@@ -75,8 +76,7 @@ def test_sweep_entry_points_refuse_fp8_up_front() -> None:
         sweep(model, "dgx-a100-hdr", 2, 4, constraints=fp8, workers=1, progress=False)
     with pytest.raises(LayoutError, match=NO_FP8):
         sweep_layouts(model, "dgx-a100-hdr", 2, [TINY], workers=1, progress=False)
-    with pytest.raises(LayoutError, match=MOE):
-        enumerate_layout_space(get_model("tiny-moe"), load_cluster("dgx-h100-ndr", gpus=2), gpus=2, global_batch=4,
-                               constraints=SweepConstraints(recipe=(("fp8_recipe", "current"),)))
+    assert enumerate_layout_space(get_model("tiny-moe"), load_cluster("dgx-h100-ndr", gpus=2), gpus=2, global_batch=4,
+                                  constraints=SweepConstraints(recipe=(("fp8_recipe", "current"),))).layouts
     assert enumerate_layout_space(model, load_cluster("dgx-h100-ndr", gpus=2), gpus=2, global_batch=4,
                                   constraints=fp8).layouts

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 
 import pytest
@@ -155,3 +156,19 @@ def test_fp8_caches_each_te_linear_weight_and_its_transpose() -> None:
         assert extra == 2 * fp8_weight_params(model, fp8, kind)
     for block in (0, 2 * model.num_layers + 1):
         assert block_state_bytes(model, fp8, block) == block_state_bytes(model, plain, block)
+
+
+def test_fp8_caches_every_local_expert_weight_and_the_shared_expert() -> None:
+    """A MoE sub-block under fp8 holds the fp8 copy and transpose of its E / ep local experts' fc1 and fc2 weights
+    (TE GroupedLinear's per-expert workspaces) and its shared expert's linears: 2 bytes per parameter; the router
+    (16-bit) holds none. Qwen2-57B-A14B, ep 8: 8 of 64 experts (h 3584, width 2560, SwiGLU), shared 20480 / tp 2."""
+    from simgrid.model.fp8_kernels import fp8_moe_weight_params
+
+    model = get_model("qwen2-57b-a14b")
+    plain = Layout(tp=2, ep=8, etp=1, dp=4, zero=1, sequence_parallel=True, global_batch_size=4)
+    fp8 = dataclasses.replace(plain, fp8_recipe="delayed")
+    h = 3584
+    expected = 8 * h * (2 * 2560 + 2560) + h * (2 * 20480 // 2 + 20480 // 2)
+    assert fp8_moe_weight_params(model, fp8) == expected
+    extra = block_state_bytes(model, fp8, 2).weights_bytes - block_state_bytes(model, plain, 2).weights_bytes
+    assert extra == 2 * expected

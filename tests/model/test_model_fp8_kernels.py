@@ -1,5 +1,5 @@
-"""Transformer Engine's fp8 casts (:mod:`simgrid.model.fp8_kernels`): present only under fp8 and only in dense
-transformer sub-blocks, byte counts by hand for one layer, current scaling dearer than delayed, the recompute
+"""Transformer Engine's fp8 casts (:mod:`simgrid.model.fp8_kernels`): present only under fp8 and only in
+transformer sub-blocks (dense, and MoE's grouped experts, padding copies and shared expert), byte counts by hand for one layer, current scaling dearer than delayed, the recompute
 does not redo the once-per-step weight casts, sequence-parallel all-gathers at 1 byte, saved linear inputs at
 1 byte."""
 
@@ -14,8 +14,10 @@ from simgrid.model import block_cost, get_model
 from simgrid.model.activations import block_activation_bytes
 from simgrid.model.blocks import num_model_blocks
 from simgrid.model.comm import block_tp_collectives
-from simgrid.model.fp8_kernels import NO_FP8, fp8_traffic, fp8_weight_params
+from simgrid.model.fp8_kernels import NO_FP8, fp8_moe_traffic, fp8_moe_weight_params, fp8_traffic, fp8_weight_params
 from simgrid.model.kernels import block_kernels
+from simgrid.model.moe_spec import MoESpec
+from simgrid.model.spec import ModelSpec
 
 MODEL = get_model("llama2-7b")  # h 4096, 32 heads, ffn 11008 (gated), no bias
 BASE = Layout(tp=2, global_batch_size=4, flash_attention=True)
@@ -88,3 +90,51 @@ def test_saved_linear_inputs_are_one_byte(flash: bool) -> None:
 
     assert saved(2, False) - saved(2, True) == t * h + t * 5504
     assert saved(1, False) - saved(1, True) == t * h + (-t * q if flash else t * q)
+
+
+# -- MoE sub-blocks (session 14): TE GroupedLinear experts, padding copies, the shared expert's linears ----------
+def _moe_toy(**moe: object) -> ModelSpec:
+    spec = MoESpec(**{"num_experts": 8, "top_k": 2, "expert_ffn_hidden_size": 32, **moe})  # type: ignore[arg-type]
+    return ModelSpec(name="toy", num_layers=2, hidden_size=16, num_heads=2, gated_mlp=True, vocab_size=64,
+                     seq_length=8, tied_embeddings=False, norm="rmsnorm", position="rope", bias=False, moe=spec)
+
+
+def test_moe_expert_casts_and_padding_by_hand() -> None:
+    """Toy, ep 2, 2 micro-batches of 2 x 8 tokens: 4 local experts x 8 tokens, padded to 16 each: R = 64 rows, h 16,
+    fc1 width 64, expert width 32, d 2. Forward: pad and unpad copies 2 x 2 d R h, cast-transposes of fc1's input
+    (R h) and fc2's input (R 32) at d + 2; weights 4 x 16 x (64 + 32) at d + 2, half per micro-batch. Backward: the
+    copies' gradients, cast-transposes of fc2's output gradient (R h) and fc1's (R 64). No shared expert."""
+    model = _moe_toy()
+    layout = Layout(dp=2, ep=2, global_batch_size=8, micro_batch_size=2, fp8_recipe="delayed")
+    rows, h, d = 64, 16, 2
+    weights = 4 * h * (64 + 32)
+    assert fp8_moe_weight_params(model, layout) == weights
+    got = fp8_moe_traffic(model, layout)
+    pad = 2 * 2 * d * rows * h
+    assert got.weight_fwd_bytes == 4 * weights // 2
+    assert got.fwd_bytes == pad + 4 * rows * (h + 32) + 4 * weights // 2
+    assert got.bwd_bytes == pad + 4 * rows * (h + 64)
+    assert (got.fwd_kernels, got.bwd_kernels) == (2 + 2 + 4, 2 + 2)  # 8 weight casts over 2 micro-batches
+    assert fp8_moe_traffic(model, dataclasses.replace(layout, fp8_recipe="none")) == NO_FP8
+    plain = block_kernels(model, dataclasses.replace(layout, fp8_recipe="none"), 2)
+    assert block_kernels(model, layout, 2).fwd_hbm_bytes == plain.fwd_hbm_bytes + got.fwd_bytes
+
+
+def test_moe_shared_expert_takes_the_dense_linear_pair_without_the_fp8_norm() -> None:
+    """The shared expert's fc1 is a TE Linear behind a 16-bit norm: it casts that output itself (d + 2 per element
+    without sequence parallelism) instead of saving 1 - d bytes, and needs no ln_out transpose."""
+    plain, shared = _moe_toy(), _moe_toy(shared_expert_ffn_hidden_size=24)
+    layout = Layout(dp=2, ep=2, global_batch_size=8, micro_batch_size=2, fp8_recipe="delayed")
+    extra = [b - a for a, b in zip(fp8_moe_traffic(plain, layout), fp8_moe_traffic(shared, layout), strict=True)]
+    t, h, weights = 16, 16, 16 * (48 + 24)
+    assert extra[0] == 4 * t * h + 4 * t * 24 + 4 * weights // 2  # fc1 input, fc2 input, weights
+    assert extra[1] == 4 * t * 48 + 4 * t * h  # output gradients of fc1 and fc2
+    assert fp8_moe_weight_params(shared, layout) == fp8_moe_weight_params(plain, layout) + weights
+
+
+def test_moe_saved_expert_inputs_take_one_byte_under_fp8() -> None:
+    model = _moe_toy()
+    layout = Layout(dp=2, ep=2, global_batch_size=8, micro_batch_size=2)
+    plain = block_cost(model, layout, 2).activation_bytes
+    fp8 = block_cost(model, dataclasses.replace(layout, fp8_recipe="delayed"), 2).activation_bytes
+    assert plain - fp8 == (2 - 1) * 32 * (16 + 32)  # T_e = 32 token copies; fc1 input h, fc2 input 32

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from simgrid.errors import ModelError
@@ -154,3 +156,42 @@ def test_all_dense_layers_is_an_error() -> None:
     """first_dense_layers must leave at least one MoE layer."""
     with pytest.raises(ModelError, match="first_dense_layers = 2 leaves no MoE layer"):
         _toy(first_dense_layers=2)
+
+
+# -- the MoE sub-block's GEMMs, listed (session 14) ---------------------------------------------------------
+def test_moe_gemms_by_hand_and_their_flops_equal_the_block_flops() -> None:
+    """Toy: h 16, 8 experts top-2, expert width 32 (SwiGLU), shared expert 24 with a gate; b 2 x s 8 = 16 tokens,
+    ep 2: 4 local experts x 2 * 16 * 2 / 8 = 8 tokens each, stacked to 32 rows. Router (16, 8, 16), gate
+    (16, 1, 16), experts fc1 (32, 64, 16) and fc2 (32, 16, 32), the weight gradients one h x n output per expert
+    stacked along m, the shared expert (16, 48, 16) and (16, 16, 24); their FLOPs are the block's, pass by pass."""
+    model = _toy(shared_expert_ffn_hidden_size=24, shared_expert_gate=True)
+    lay = Layout(dp=2, ep=2, global_batch_size=4, micro_batch_size=2)
+    c = block_cost(model, lay, 2)
+    assert c.fwd_gemms == ((16, 8, 16, 1), (16, 1, 16, 1), (32, 64, 16, 1), (32, 16, 32, 1), (16, 48, 16, 1),
+                           (16, 16, 24, 1))
+    assert c.bwd_weight_gemms == ((24, 16, 16, 1), (16, 48, 16, 1), (4 * 32, 16, 8, 1), (4 * 16, 64, 8, 1),
+                                  (16, 1, 16, 1), (16, 8, 16, 1))
+    assert c.gemms_known
+
+    def flops(gemms: tuple[tuple[int, int, int, int], ...]) -> float:
+        return sum(2.0 * m * n * k * count for m, n, k, count in gemms)
+
+    assert flops(c.fwd_gemms) == pytest.approx(c.fwd_flops)
+    assert flops(c.bwd_input_gemms) == pytest.approx(c.bwd_input_flops)
+    assert flops(c.bwd_weight_gemms) == pytest.approx(c.bwd_weight_flops)
+    full = block_cost(model, Layout(dp=2, ep=2, global_batch_size=4, micro_batch_size=2, recompute="full"), 2)
+    assert full.recompute_gemms == full.fwd_gemms  # a MoE sub-block reruns its whole forward
+
+
+def test_fp8_pads_tokens_per_expert_to_16_and_keeps_router_and_gate_16_bit() -> None:
+    """Under fp8 each expert's 8 tokens are padded to 16 (TEGroupedMLP's Fp8Padding), so the grouped GEMMs grow
+    to 4 x 16 rows; the experts' and shared expert's shapes are fp8, the router's and gate's are not."""
+    model = _toy(shared_expert_ffn_hidden_size=24, shared_expert_gate=True)
+    lay = Layout(dp=2, ep=2, global_batch_size=4, micro_batch_size=2, fp8_recipe="delayed")
+    c = block_cost(model, lay, 2)
+    assert c.fwd_gemms[2:4] == ((64, 64, 16, 1), (64, 16, 32, 1))
+    router, gate = {(16, 8, 16), (16, 16, 8), (16, 8, 16)}, {(16, 1, 16), (16, 16, 1)}
+    assert not c.fp8_gemm_shapes & (router | gate)
+    listed = {g[:3] for g in (*c.fwd_gemms, *c.bwd_input_gemms, *c.bwd_weight_gemms)}
+    assert c.fp8_gemm_shapes == listed - router - gate
+    assert block_cost(model, dataclasses.replace(lay, fp8_recipe="none"), 2).fp8_gemm_shapes == frozenset()

@@ -252,3 +252,30 @@ def test_fp8_moves_exactly_the_te_linear_gemms_into_the_fp8_lists(granularity: s
                                                                  for o in before))
     assert sum(o.flops for o in ops) == pytest.approx(sum(o.flops for o in before))
     assert not any(o.fp8_gemms or o.fp8_accumulate_gemms for o in before)
+
+
+@pytest.mark.parametrize("granularity", ["block", "stage"])
+def test_fp8_moe_expert_gemms_are_fp8_and_the_router_stays_16_bit(granularity: str) -> None:
+    """tiny-moe under fp8, ep 2: every forward op holding a MoE sub-block lists its routed and shared experts'
+    GEMMs in ``fp8_gemms`` and its router GEMM (T_r x E x h) in ``gemms``; FLOPs and GEMM FLOPs are kept apart
+    exactly as the block costs say, and the program validates."""
+    from simgrid.model import get_model
+    from simgrid.model.moe import is_moe_block
+
+    model = get_model("tiny-moe")
+    layout = Layout(dp=2, ep=2, micro_batch_size=2, global_batch_size=4, fp8_recipe="delayed")
+    program = build_program(model, layout, granularity=granularity)  # type: ignore[arg-type]
+    validate_program(program)
+    router = (2 * model.seq_length, model.moe.num_experts, model.hidden_size)  # type: ignore[union-attr]
+    moe_ops = [o for o in program.ranks[0] if isinstance(o, Compute) and o.kind == "F"
+               and any(is_moe_block(model, b) for b in range(o.block_start, o.block_end))]
+    assert moe_ops
+    for op in moe_ops:
+        experts = {g[:3] for b in range(op.block_start, op.block_end) if is_moe_block(model, b)
+                   for g in block_cost(model, layout, b).fwd_gemms} - {router}
+        assert experts <= {g[:3] for g in op.fp8_gemms}
+        assert router in {g[:3] for g in op.gemms} and router not in {g[:3] for g in op.fp8_gemms}
+        expected = sum(_gemm_flops(tuple(g for g in block_cost(model, layout, b).fwd_gemms
+                                         if g[:3] in block_cost(model, layout, b).fp8_gemm_shapes))
+                       for b in range(op.block_start, op.block_end))
+        assert _gemm_flops(op.fp8_gemms) == pytest.approx(expected)
