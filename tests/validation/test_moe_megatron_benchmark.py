@@ -26,7 +26,11 @@ def test_layouts_use_every_gpu_with_the_harness_recipe() -> None:
         assert (layout.tp, layout.pp, layout.ep, layout.expert_tp, layout.vpp) == (run.tp, run.pp, run.ep, run.etp,
                                                                                    run.vpp)
         assert layout.zero == 1 and layout.sequence_parallel
-    assert [r.published_mfu for r in bench.RUNS] == [0.493, 0.390, None]
+    assert [r.published_mfu for r in bench.RUNS] == [0.493, 0.390, None, None, None]
+    # The fp8 rows are the two paper layouts under fp8 (nothing published for them).
+    assert [bench.layout_of(r).fp8_recipe for r in bench.RUNS] == ["none"] * 3 + ["delayed"] * 2
+    assert [(r.model, r.tp, r.pp, r.ep, r.vpp) for r in bench.RUNS[3:]] == [
+        (r.model, r.tp, r.pp, r.ep, r.vpp) for r in bench.RUNS[:2]]
 
 
 @pytest.mark.slow
@@ -40,6 +44,6 @@ def test_write_fills_the_table_between_the_markers(tmp_path: Path, monkeypatch: 
     assert bench.main(["--write"]) == 0
     text = doc.read_text()
     assert text.startswith("head\n<!-- table -->\n| run |") and text.endswith("<!-- table -->\ntail\n")
-    assert "PLACEHOLDER" not in text and text.count("\n| Mixtral 8x22B") == 3 and text.count("\n| Qwen2-57B") == 2
+    assert "PLACEHOLDER" not in text and text.count("\n| Mixtral 8x22B") == 4 and text.count("\n| Qwen2-57B") == 3
     doc.write_text("no markers\n")
     assert bench.main(["--write"]) == 2
