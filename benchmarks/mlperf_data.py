@@ -89,29 +89,37 @@ _SEQ = 2048
 _TP, _PP, _VPP = 4, 8, 12
 
 
-def _mlperf_row(system: str, nodes: int, gbs: int, ga: int, config: str, run_medians: tuple[float, float, float],
-                tps: float) -> DevRow:
+def mlperf_row(system: str, nodes: int, gbs: int, ga: int, config: str, run_medians: tuple[float, float, float],
+               tps: float, *, round_id: str = "mlperf31", source: Source = MLPERF_31, impl: str = _IMPL,
+               tp: int = _TP, pp: int = _PP, vpp: int = _VPP, bucket_size_MB: float = 100, attention_kernel: str = "fa2",
+               timing: str = "train_step_timing", config_files: str = "config_common.sh, config_fp8.sh, conf/custom.yaml",
+               assumed: tuple[str, ...] = _ASSUMED, deviations: tuple[str, ...] | None = None) -> DevRow:
+    """One NVIDIA MLPerf GPT-3 175B row on DGX H100 (Eos) from its result directory ``system``
+    (``<name>_ngc<container>_nemo``), the log's batch, the config script and the three runs' median step times;
+    the defaults are the v3.1 round's recipe (session 13), the MLPerf v4.x rows (mlperf4_data.py) pass theirs."""
     gpus = nodes * 8
-    dp = gpus // (_TP * _PP)
+    dp = gpus // (tp * pp)
     step_s = sorted(run_medians)[1]
+    mbs = gbs // (dp * ga)
+    if deviations is None:
+        deviations = (_DISTOPT, _USERBUFFERS, _AMAX, *((_N64_BATCH,) if nodes == 64 else ()))
     return DevRow(
-        id=f"mlperf31-gpt3-{gpus}", source=MLPERF_31, gpu="H100", cluster="dgx-h100-ndr", model="nemo-gpt3-175b",
-        seq_length=_SEQ, dp=dp, tp=_TP, pp=_PP, vpp=_VPP, zero=1, zero_impl="apex", micro_batch=gbs // (dp * ga),
+        id=f"{round_id}-gpt3-{gpus}", source=source, gpu="H100", cluster="dgx-h100-ndr", model="nemo-gpt3-175b",
+        seq_length=_SEQ, dp=dp, tp=tp, pp=pp, vpp=vpp, zero=1, zero_impl="apex", micro_batch=mbs,
         global_batch=gbs,
         sequence_parallel=True, tp_comm_overlap=True, overlap_param_gather=True, reduce_dtype="param",
-        bucket_size_MB=100, grad_accumulation_fusion=True, attention_kernel="fa2", fp8_recipe="delayed",
-        metric="tokens_per_s_per_gpu", published=tps,
+        bucket_size_MB=bucket_size_MB, grad_accumulation_fusion=True, attention_kernel=attention_kernel,
+        fp8_recipe="delayed", metric="tokens_per_s_per_gpu", published=tps,
         # the logs print step times; the tokens/s/GPU figure is derived from them (conversion)
-        published_text=f"{tps:.1f} tokens/s/GPU (derived: median train_step_timing {step_s:.4f} s, runs "
+        published_text=f"{tps:.1f} tokens/s/GPU (derived: median {timing} {step_s:.4f} s, runs "
                        f"{', '.join(f'{m:.4f}' for m in run_medians)} s, GBS {gbs} x seq {_SEQ})",
         conversion=f"{gbs} x {_SEQ} tokens / {step_s:.4f} s / {gpus} GPUs = {tps:.1f} tokens/s/GPU",
-        recipe=f"GPT-3 175B fp8 on {nodes} DGX H100 ({gpus} GPUs), TP {_TP}, PP {_PP}, VP {_VPP}, DP {dp}, "
-               f"GBS {gbs}, MBS {gbs // (dp * ga)}, seq {_SEQ}; NVIDIA/results/{system}_ngc23.09_nemo/gpt3; "
-               f"{_IMPL}/{config}, config_common.sh, config_fp8.sh, conf/custom.yaml",
-        assumed=_ASSUMED,
-        deviations=(_DISTOPT, _USERBUFFERS, _AMAX, *((_N64_BATCH,) if nodes == 64 else ())),
+        recipe=f"GPT-3 175B fp8 on {nodes} DGX H100 ({gpus} GPUs), TP {tp}, PP {pp}, VP {vpp}, DP {dp}, "
+               f"GBS {gbs}, MBS {mbs}, seq {_SEQ}; NVIDIA/results/{system}/gpt3; {impl}/{config}, {config_files}",
+        assumed=assumed,
+        deviations=deviations,
     )
 
 
-MLPERF_31_ROWS: tuple[DevRow, ...] = tuple(_mlperf_row(*r) for r in _MLPERF_ROWS)
+MLPERF_31_ROWS: tuple[DevRow, ...] = tuple(mlperf_row(f"{r[0]}_ngc23.09_nemo", *r[1:]) for r in _MLPERF_ROWS)
 """One row per system size of NVIDIA's DGX H100 GPT-3 submission, smallest first."""

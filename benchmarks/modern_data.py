@@ -22,6 +22,8 @@ Sources used (each row names its own):
   NeMo-Framework-Launcher tag 24.07 (session 12: fp8 rows, ``fp8_recipe``).
 * MLPerf Training v3.1 GPT-3 175B, NVIDIA's DGX H100 (Eos) results, 512 to 10752 GPUs, fp8: the step time of
   the submission's MLLOG files (``mlperf_data.py``, session 13).
+* MLPerf Training v4.0 (512, 10752, 11616 GPUs) and v4.1 (256, 512 GPUs) GPT-3 175B, NVIDIA's DGX H100 (Eos)
+  results, fp8 with fp8 weights (``mlperf4_data.py``, session 14).
 
 Considered and not used are listed in :data:`EXCLUDED` with the reason.
 """
@@ -40,6 +42,7 @@ from devrow import (  # noqa: F401  (re-exported: the harness and tests import t
     Source,
     megatron_core_flops_per_step,
 )
+from mlperf4_data import MLPERF_4X_ROWS, MLPERF_40, MLPERF_41  # noqa: F401
 from mlperf_data import MLPERF_31, MLPERF_31_ROWS  # noqa: F401
 from nemo_2407_data import NEMO_2407, NEMO_2407_ROWS  # noqa: F401
 
@@ -289,6 +292,8 @@ DEV_ROWS: tuple[DevRow, ...] = (
     ),
     # MLPerf Training v3.1 GPT-3 175B, NVIDIA on DGX H100 (Eos): fp8, one row per system size (session 13).
     *MLPERF_31_ROWS,
+    # MLPerf Training v4.0 / v4.1 GPT-3 175B, NVIDIA on DGX H100 (Eos): fp8 with fp8 weights (session 14).
+    *MLPERF_4X_ROWS,
 )
 """Every dev row, in table order."""
 
@@ -308,13 +313,16 @@ class Excluded:
 EXCLUDED: tuple[Excluded, ...] = (
     Excluded(source="torchtitan llama3_h100_202412 Tables 1-6", rows="every Float8 row (8B Table 1/3 third row, "
              "Table 2 CP sweep, 70B Table 4, 405B Tables 5 and 6)",
-             reason="fp8 compute: the simulator has no fp8 compute path (Layout precision is bf16/fp16/fp32); "
-                    "405B rows also combine FSDP with pp 8, which Layout refuses (ZeRO-2/3 with pp > 1)"),
+             reason="torchao Float8 training (dynamic tensorwise scaling in torch.compile-generated casts, float8 "
+                    "FSDP2 all-gather of the weights): the simulator prices Transformer Engine's fp8 recipes and "
+                    "gathers parameters in 16 bits; 405B rows also combine FSDP with pp 8, which Layout refuses "
+                    "(ZeRO-2/3 with pp > 1)"),
     Excluded(source="torchtitan asyncTP_llama3_h100_2025-06", rows="float8 rows; 'Async TP' column",
-             reason="fp8 compute; asynchronous (overlapped) TP has no simulator setting, the vanilla TP column is "
-                    "used instead"),
+             reason="torchao Float8 (not Transformer Engine's recipes, which are what the simulator prices); "
+                    "asynchronous (overlapped) TP has no simulator setting, the vanilla TP column is used instead"),
     Excluded(source="torchtitan llama3-8b_h200_202506_trainy-whitefiber", rows="both rows (H200, 32 and 64 GPUs)",
-             reason="Float8 linear layers with float8 all-gather: fp8 compute; the only H200 rows found"),
+             reason="torchao Float8 linear layers with float8 all-gather (not Transformer Engine's recipes, and "
+                    "weights gathered in 8 bits, which the simulator does not model); the only H200 rows found"),
     Excluded(source="torchtitan docs/performance.md of 2024-04-16", rows="13B 'selective layer' (1914 WPS)",
              reason="checkpointing every other block is neither 'none' nor 'full' in the simulator"),
     Excluded(source="NeMo performance_summary.md (NeMo 24.07 table, commit 9c5c5e9)", rows="Nemotron-8B, "
@@ -333,8 +341,15 @@ EXCLUDED: tuple[Excluded, ...] = (
                     "and dispatch with DeepEP, which is not modelled (the simulator's dispatcher is NCCL all-to-all); "
                     "DeepSeek V3 and Kimi K2 add MLA attention, GPT-OSS sliding-window attention, Nemotron V3 Mamba "
                     "layers; LoRA trains adapters only"),
-    Excluded(source="MLPerf Training GPT-3 175B (NVIDIA H100 submissions)", rows="all",
-             reason="fp8 (Transformer Engine) in the submitters' configs"),
+    Excluded(source="MLPerf Training v4.1 GPT-3 175B, NVIDIA b200_n8_preview_nemo (swsok/training_results_v4.1)",
+             rows="8 DGX B200 (64 GPUs, preview category)",
+             reason="issue 12 item 4 asks for H100/H200 rows; the B200 profile has no measured row to stand on and "
+                    "a preview (not yet available) system; no NVIDIA GPT-3 result on H200 exists in v4.0 "
+                    "or v4.1 (session 14)"),
+    Excluded(source="MLPerf Training v4.0 / v4.1 GPT-3 175B, other submitters (Oracle v4.1 H100, Google TPU, "
+                    "Intel Gaudi 2)", rows="all",
+             reason="TPU and Gaudi hardware have no profile; Oracle's H100 results were not read this session "
+                    "(session 14)"),
     Excluded(source="Megatron-LM README strong-scaling figure (GPT-3 175B, 96-4608 H100)", rows="all points",
              reason="only the end points' MFU (47 %, 42 %) are stated in the text; layouts are not stated"),
     Excluded(source="foundation-model-stack/fms-fsdp README (Llama 2 7B-70B, 96 H100 and 128 A100)",

@@ -1,4 +1,5 @@
-"""The MLPerf Training v3.1 GPT-3 175B dev rows (session 13): NVIDIA's DGX H100 (Eos) submission.
+"""The MLPerf Training v3.1 (session 13) and v4.0 / v4.1 (session 14) GPT-3 175B dev rows: NVIDIA's DGX H100 (Eos)
+submissions.
 
 The expected values are typed here from the submission (mlcommons/training_results_v3.1 at d06288b): the log's
 hyperparameter lines (global_batch_size, gradient_accumulation_steps, max_sequence_length, submission_platform),
@@ -17,7 +18,7 @@ BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import modern_devset  # noqa: E402
-from modern_data import DEV_ROWS, MLPERF_31  # noqa: E402
+from modern_data import DEV_ROWS, MLPERF_31, MLPERF_40, MLPERF_41  # noqa: E402
 
 from simgrid.model import get_model  # noqa: E402
 
@@ -78,3 +79,68 @@ def test_layouts_validate_and_give_every_virtual_stage_one_layer() -> None:
         assert layout.fp8_recipe == "delayed" and layout.tp_comm_overlap and layout.sequence_parallel, row.id
         assert layout.bucket_size_MB == 100 and layout.overlap_param_gather, row.id
         assert get_model(row.model).num_layers == row.pp * row.vpp == 96, row.id
+
+
+# -- MLPerf v4.0 / v4.1 (session 14) ------------------------------------------------------------------------
+# Typed from the logs: (round, nodes) -> (global_batch_size, gradient_accumulation_steps, the three runs' medians in s)
+# v4.0 (mlcommons/training_results_v4.0 62f111b, no tracked_stats lines): median over each run's MLLOG blocks of
+# (block_stop - block_start) / steps in the block; v4.1 (swsok/training_results_v4.1 b9b0547): median of every
+# 'train_step_timing in s' line.
+LOGS_4X = {
+    ("mlperf40", 64): (2304, 72, (10.9030, 10.9832, 10.9822)),
+    ("mlperf40", 1344): (2688, 6, (0.9207, 0.9206, 0.9210)),
+    ("mlperf40", 1452): (2904, 6, (0.9224, 0.9214, 0.9214)),
+    ("mlperf41", 32): (2048, 128, (18.3716, 18.3743, 18.4212)),
+    ("mlperf41", 64): (2048, 64, (9.4931, 9.5542, 9.4964)),
+}
+# (round, nodes) -> the config script's TP, PP, INTERLEAVED_PIPELINE, MICRO_BATCH_SIZE, BUCKET_CAP_MB
+CONFIGS_4X = {
+    ("mlperf40", 64): (4, 8, 4, 2, 200),      # config_DGXH100_64x8x128x4x8_mbs2.sh + config_common.sh
+    ("mlperf40", 1344): (4, 6, 8, 1, 200),    # config_DGXH100_1344x8x6x4x6_mbs1_cg.sh
+    ("mlperf40", 1452): (4, 6, 8, 1, 200),    # config_DGXH100_1452x8x6x4x6_mbs1_cg.sh
+    ("mlperf41", 32): (4, 8, 6, 2, 125),      # config_DGXH100_32x8x256x4x8_mbs2.sh ("Fix OOM": BUCKET_CAP_MB=125)
+    ("mlperf41", 64): (4, 8, 6, 2, 200),      # config_DGXH100_64x8x128x4x8_mbs2.sh
+}
+ROWS_4X = [r for r in DEV_ROWS if r.source in (MLPERF_40, MLPERF_41)]
+
+
+def test_v4_rows_carry_the_logs_batch_and_the_config_scripts_layout() -> None:
+    """Five rows (v4.0: 64, 1344, 1452 nodes; v4.1: 32, 64), each with the log's GBS, the config's TP / PP / VP /
+    MBS / bucket size, MBS = GBS / (DP x gradient_accumulation_steps), cuDNN attention ('auto') and apex's sync;
+    the v4.1 1452-node folder (the v4.0 runs again) is not a second row."""
+    assert [(r.id.split("-")[0], r.gpus // 8) for r in ROWS_4X] == list(LOGS_4X)
+    for row, ((rnd, nodes), (gbs, ga, _)) in zip(ROWS_4X, LOGS_4X.items(), strict=True):
+        tp, pp, vpp, mbs, bucket = CONFIGS_4X[(rnd, nodes)]
+        assert row.id == f"{rnd}-gpt3-{8 * nodes}" and row.source is (MLPERF_40 if rnd == "mlperf40" else MLPERF_41)
+        assert (row.tp, row.pp, row.vpp, row.cp, row.dp) == (tp, pp, vpp, 1, 8 * nodes // (tp * pp)), row.id
+        assert row.global_batch == gbs and row.micro_batch == mbs == gbs // (row.dp * ga), row.id
+        assert row.bucket_size_MB == bucket and row.attention_kernel == "auto" and row.zero_impl == "apex", row.id
+        assert row.fp8_recipe == "delayed" and row.sequence_parallel and row.tp_comm_overlap, row.id
+        assert get_model(row.model).num_layers % (row.pp * row.vpp) == 0, row.id
+        assert any("FP8_PARAMS" in d for d in row.deviations), row.id
+        assert any(("block spacing" in d) == (rnd == "mlperf40") for d in row.deviations), row.id
+    assert "62f111b7690f163b269f32e4f93dcaaa13717c9c" in MLPERF_40.url
+    assert "b9b05477c3102b3ca834974c75d34a2c424f0f88" in MLPERF_41.url
+    # the 64-node v4.0 config says MINIBS 128 (GBS 2048); the log says 2304 and the row follows it
+    assert any("MINIBS=128" in d for d in ROWS_4X[0].deviations)
+    # CUDA graphs only where the config sets LAYER_CUDA_GRAPH=1 (the *_cg.sh scripts)
+    assert [any("LAYER_CUDA_GRAPH" in d for d in r.deviations) for r in ROWS_4X] == [False, True, True, False, False]
+
+
+def test_v4_figures_are_the_median_step_time_as_tokens_per_second_per_gpu() -> None:
+    """GBS x 2048 / (median of the three runs' medians) / GPUs, e.g. v4.1 32 nodes: 2048 x 2048 / 18.3743 s / 256 =
+    891.7 tokens/s/GPU; v4.0 1344 nodes: 2688 x 2048 / 0.9207 s / 10752 = 556.1."""
+    for row, (_, (gbs, _, medians)) in zip(ROWS_4X, LOGS_4X.items(), strict=True):
+        step_s = statistics.median(medians)
+        assert abs(row.published - gbs * SEQ / step_s / row.gpus) < 0.06, row.id
+        assert f"{step_s:.4f} s" in row.conversion, row.id
+    published = {r.id: r.published for r in ROWS_4X}
+    assert abs(published["mlperf41-gpt3-256"] - 891.7) < 0.05 and abs(published["mlperf40-gpt3-10752"] - 556.1) < 0.05
+
+
+def test_v4_layouts_validate() -> None:
+    """Each layout covers the submission's GPUs with the interleaved schedule, fp8 and apex's bucket size."""
+    for row in ROWS_4X:
+        layout = modern_devset.dev_layout(row)
+        assert layout.world_size == row.gpus and layout.schedule == "interleaved-1f1b", row.id
+        assert layout.fp8_recipe == "delayed" and layout.bucket_size_MB == row.bucket_size_MB, row.id
