@@ -1,6 +1,6 @@
 """Parallel layouts and the rank mesh."""
 
-from simgrid.layout.fp8_checks import check_fp8_gpu, check_fp8_model
+from simgrid.layout.fp8_checks import check_fp8_gpu
 from simgrid.layout.mesh import Mesh, RankCoord
 from simgrid.layout.spec import (
     OPTIMIZERS,
@@ -11,5 +11,5 @@ from simgrid.layout.spec import (
     check_layout,
 )
 
-__all__ = ["OPTIMIZERS", "PRECISIONS", "RECOMPUTE_POLICIES", "SCHEDULES", "Layout", "Mesh", "RankCoord", "check_fp8_gpu", "check_fp8_model",
+__all__ = ["OPTIMIZERS", "PRECISIONS", "RECOMPUTE_POLICIES", "SCHEDULES", "Layout", "Mesh", "RankCoord", "check_fp8_gpu",
            "check_layout"]

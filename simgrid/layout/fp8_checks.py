@@ -1,4 +1,4 @@
-"""The checks an fp8 layout (``Layout.fp8_recipe``) must pass beyond its own fields: one home for both.
+"""The check an fp8 layout (``Layout.fp8_recipe``) must pass beyond its own fields, against the hardware.
 
 * :func:`check_fp8_gpu`: the GPU has fp8 tensor cores (a ``peak_tflops.fp8`` in its profile: Hopper and later,
   Ada). Every entry point that pairs a layout with hardware calls it before doing any work:
@@ -6,26 +6,23 @@
   ``--cluster``, and its suggestions), :func:`simgrid.sweep.enumerate_layout_space` and
   :func:`simgrid.sweep.sweep_layouts` (``simgrid sweep``). Without it an A100 fp8 run failed late (simulate) or
   never (memory), or the sweep reported every layout as a profile failure.
-* :func:`check_fp8_model`: the model-dependent fp8 rules (called by :func:`simgrid.layout.check_layout`, hence by
-  everything that builds, estimates or sweeps a layout). It refused MoE models until session 14; they are now
-  priced as Megatron-Core runs them under fp8: the routed experts through Transformer Engine's ``GroupedLinear``
-  in fp8 (forward, dgrad and wgrad: grouped_linear.py lines 155, 346 and 396 at TE v1.11), with per-expert input and gradient
-  cast-transposes (lines 104, 315), per-expert cached fp8 weights (lines 739-746) and the tokens per expert padded
-  to a multiple of 16 (``Fp8Padding``, fp8_padding.py line 106; Megatron-Core experts.py lines 636-658 at
-  core_r0.10.0), while the router GEMM (router.py line 59, ``torch.nn.functional.linear``), the permutation and
-  the all-to-alls stay 16-bit (:func:`simgrid.model.moe.moe_gemms`, :func:`simgrid.model.fp8_kernels.fp8_moe_traffic`;
-  docs/design.md, "MoE + fp8 (session 14)").
+
+MoE models need no check of their own: since session 14 their routed experts run in fp8 through Transformer
+Engine's ``GroupedLinear`` (forward, dgrad and wgrad: grouped_linear.py lines 155, 346 and 396 at TE v1.11), with
+per-expert input and gradient cast-transposes (lines 104, 315), per-expert cached fp8 weights (lines 739-746) and
+the tokens per expert padded to a multiple of 16 (``Fp8Padding``, fp8_padding.py line 106; Megatron-Core
+experts.py lines 636-658 at core_r0.10.0), while the router GEMM (router.py line 59,
+``torch.nn.functional.linear``), the permutation and the all-to-alls stay 16-bit
+(:func:`simgrid.model.moe.moe_gemms`, :func:`simgrid.model.fp8_kernels.fp8_moe_traffic`; docs/design.md,
+"MoE + fp8 (session 14)").
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from simgrid.errors import LayoutError
-
-if TYPE_CHECKING:
-    from simgrid.model.spec import ModelSpec
 
 
 def check_fp8_gpu(fp8_recipe: str, gpu: Any) -> None:
@@ -40,9 +37,3 @@ def check_fp8_gpu(fp8_recipe: str, gpu: Any) -> None:
         "fp8 peak rate (Hopper and later have one); use --fp8 none (fp8_recipe 'none') or an fp8 GPU such as h100-sxm"
     )
 
-
-def check_fp8_model(model: ModelSpec, fp8_recipe: str) -> None:
-    """Accept ``fp8_recipe`` for every model. Kept as the one home for model-dependent fp8 rules (called by
-    :func:`simgrid.layout.check_layout` and the sweep): MoE + fp8 was refused here until session 14 priced it
-    (module docstring)."""
-    del model, fp8_recipe

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from simgrid.errors import LayoutError
-from simgrid.layout.fp8_checks import check_fp8_model
 
 if TYPE_CHECKING:
     from simgrid.model.spec import ModelSpec
@@ -560,7 +559,6 @@ def _check_experts(model: ModelSpec, layout: Layout) -> None:
             f"layout: zero = {layout.zero} is not modelled for MoE models; use zero 0 or 1 (ZeRO-1 shards the "
             "expert optimizer states over the expert data-parallel group, as Megatron's distributed optimizer does)"
         )
-    check_fp8_model(model, layout.fp8_recipe)
 
 
 def _positive_int(field: str, value: object) -> None:

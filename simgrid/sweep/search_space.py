@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simgrid.errors import LayoutError
-from simgrid.layout import Layout, check_fp8_gpu, check_fp8_model, check_layout
+from simgrid.layout import Layout, check_fp8_gpu, check_layout
 from simgrid.model.spec import ModelSpec
 from simgrid.sweep.constraints import SweepConstraints
 
@@ -69,11 +69,10 @@ def enumerate_layout_space(
     c = constraints or SweepConstraints()
     _check_positive("gpus", gpus)
     _check_positive("global_batch", global_batch)
-    # A recipe no layout can run (fp8 on a GPU without fp8, fp8 on a MoE model) is the user's one error, not a
+    # A recipe no layout can run (fp8 on a GPU without fp8) is the user's one error, not a
     # reason counted against every layout.
     fp8_recipe = str(dict(c.recipe).get("fp8_recipe", "none"))
     check_fp8_gpu(fp8_recipe, getattr(cluster, "gpu", None))
-    check_fp8_model(model, fp8_recipe)
     gpus_per_node = _gpus_per_node(cluster, gpus)
     reasons: Counter[str] = Counter()
     examples: dict[str, str] = {}
