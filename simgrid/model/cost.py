@@ -97,9 +97,6 @@ class BlockCost:
     fp8_gemm_shapes: frozenset[tuple[int, int, int]] = frozenset()
     """``(m, n, k)`` of the GEMMs above that run in fp8 (Transformer Engine's linear layers under
     ``Layout.fp8_recipe``, :func:`simgrid.model.gemms.fp8_gemm_shapes`); empty: all in the layout's precision."""
-    gemms_known: bool = True
-    """False when the GEMM lists above are not given (MoE sub-blocks): ops containing the block are priced
-    at their representative shape."""
     expert_param_count: int = 0
     """Of ``param_count``, the routed experts' parameters (synced and ZeRO-sharded over the expert
     data-parallel group); 0 outside MoE sub-blocks."""
@@ -146,7 +143,6 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         wgrad_accumulate_bytes=gemms.wgrad_accumulate_bytes,
         recompute_gemms=rerun.gemms,
         attention_shape=shape,
-        gemms_known=gemms.known,
         fp8_gemm_shapes=fp8_gemm_shapes(gemms, layout, kind),
         fused_attention_fwd_flops=fused_fwd,
         fused_attention_bwd_flops=fused_bwd,

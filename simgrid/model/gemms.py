@@ -58,9 +58,6 @@ class BlockGemms:
     wgrad_accumulate_bytes: int = 0
     """Bytes per element of the ``main_grad`` buffer the weight-gradient GEMMs accumulate into (their epilogue
     reads C and writes D, this many bytes each); 0: they write a fresh output in the compute dtype."""
-    known: bool = True
-    """False when the block's GEMMs are not listed: the ops that contain it are priced at one representative
-    shape instead. Every sub-block lists its GEMMs since session 14 (MoE included); kept for hand-built costs."""
     unquantized: frozenset[tuple[int, int, int]] = frozenset()
     """Shapes that stay 16-bit under fp8 beyond the attention core: a MoE sub-block's router and shared-expert
     gate (:attr:`simgrid.model.moe.MoEGemms.unquantized`)."""
@@ -102,7 +99,7 @@ def fp8_gemm_shapes(gemms: BlockGemms, layout: Layout, kind: str) -> frozenset[t
     grouped_linear.py lines 155, 346 and 396 at v1.11) and shared expert (TE linears, gpt_layer_specs.py lines
     264-267 at core_r0.10.0) run in fp8; its router and gate stay 16-bit (``BlockGemms.unquantized``). A routed
     GEMM of the same shape as the router stays 16-bit too (shape routing; never in a real model)."""
-    if layout.fp8_recipe == "none" or kind not in ("attn", "mlp") or not gemms.known:
+    if layout.fp8_recipe == "none" or kind not in ("attn", "mlp"):
         return frozenset()
     core = {g[:3] for g in gemms.core_fwd} | ({g[:3] for g in gemms.bwd_input[1:-1]} if kind == "attn" else set())
     linear = {g[:3] for g in (*gemms.fwd, *gemms.bwd_input, *gemms.bwd_weight)} - core - gemms.unquantized

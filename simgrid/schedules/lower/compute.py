@@ -92,12 +92,11 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
     if end == start + 1:  # block granularity: one block's numbers as they are
         c = ctx.cost(start)
         f, b, k, a, lists = _block_numbers(c, kind)
-        listed = c.gemms_known or f == a
         w = weight_list_index(c, kind)
-        acc = _merged((lists[w],)) if listed and w is not None else ()
+        acc = _merged((lists[w],)) if w is not None else ()
         if w is not None:
             lists = lists[:w] + lists[w + 1:]
-        plain, fp8 = split_fp8(_merged(lists) if listed else (), c.fp8_gemm_shapes)
+        plain, fp8 = split_fp8(_merged(lists), c.fp8_gemm_shapes)
         acc, fp8_acc = split_fp8(acc, c.fp8_gemm_shapes)
         found = (float(f), float(b), max(1, k), c.gemm_mnk, float(a), plain,
                  c.attention_shape if a > 0 else (0, 0, 0), acc, c.wgrad_accumulate_bytes if acc or fp8_acc else 0,
@@ -114,7 +113,6 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
     accumulating: set[int] = set()  # identities of the weight-gradient lists that accumulate into main_grad
     fp8_of: dict[int, frozenset[tuple[int, int, int]]] = {}  # each list's shapes that run in fp8
     acc_bytes = 0
-    listed = True
     attention_shape = (0, 0, 0)
     for block in range(start, end):
         c = ctx.cost(block)
@@ -132,7 +130,6 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
                 times[ident] += 1
             else:
                 lists_seen[ident], times[ident], fp8_of[ident] = gemms, 1, c.fp8_gemm_shapes
-        listed = listed and (c.gemms_known or f == a)
         if a > 0:
             attention_shape = c.attention_shape
         if f > dominant_flops:
@@ -141,20 +138,17 @@ def _unit_numbers(ctx: LoweringContext, kind: str, start: int, end: int) -> _Uni
     acc_shapes: dict[tuple[int, int, int], int] = {}
     fp8_shapes: dict[tuple[int, int, int], int] = {}
     fp8_acc_shapes: dict[tuple[int, int, int], int] = {}
-    if listed:
-        for ident, gemms in lists_seen.items():
-            repeat, in_fp8 = times[ident], fp8_of[ident]
-            into = acc_shapes if ident in accumulating else shapes
-            into_fp8 = fp8_acc_shapes if ident in accumulating else fp8_shapes
-            for m, n, k_dim, count in gemms:
-                target = into_fp8 if (m, n, k_dim) in in_fp8 else into
-                target[(m, n, k_dim)] = target.get((m, n, k_dim), 0) + count * repeat
-    # An op holding a block whose GEMMs are not listed (MoE) lists none: one representative shape prices it.
+    for ident, gemms in lists_seen.items():
+        repeat, in_fp8 = times[ident], fp8_of[ident]
+        into = acc_shapes if ident in accumulating else shapes
+        into_fp8 = fp8_acc_shapes if ident in accumulating else fp8_shapes
+        for m, n, k_dim, count in gemms:
+            target = into_fp8 if (m, n, k_dim) in in_fp8 else into
+            target[(m, n, k_dim)] = target.get((m, n, k_dim), 0) + count * repeat
     found = cache[key] = (float(flops), float(hbm), max(1, kernels), dominant, float(fused),
-                          _merge(shapes) if listed else (), attention_shape,
-                          _merge(acc_shapes) if listed else (),
-                          acc_bytes if listed and (acc_shapes or fp8_acc_shapes) else 0,
-                          _merge(fp8_shapes) if listed else (), _merge(fp8_acc_shapes) if listed else ())
+                          _merge(shapes), attention_shape, _merge(acc_shapes),
+                          acc_bytes if acc_shapes or fp8_acc_shapes else 0,
+                          _merge(fp8_shapes), _merge(fp8_acc_shapes))
     return found
 
 

@@ -63,7 +63,7 @@ _INPUT_GRAD = "input-grad"
 def _covered(ctx: LoweringContext, block: int) -> bool:
     kind, _ = block_kind(ctx.model, block)
     c = ctx.cost(block)
-    return (kind in _COVERED and not is_moe_block(ctx.model, block) and c.gemms_known
+    return (kind in _COVERED and not is_moe_block(ctx.model, block)
             and bool(c.bwd_input_gemms) and bool(c.bwd_weight_gemms))
 
 

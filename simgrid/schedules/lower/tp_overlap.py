@@ -82,7 +82,7 @@ def _split(rows: int, parts: int) -> list[int]:
 
 def _overlappable(ctx: LoweringContext, block: int) -> bool:
     kind, _ = block_kind(ctx.model, block)
-    return kind in _OVERLAPPED and not is_moe_block(ctx.model, block) and ctx.cost(block).gemms_known
+    return kind in _OVERLAPPED and not is_moe_block(ctx.model, block)
 
 
 def _comm_bytes(c: BlockCost, phase: str, label: str) -> int:
