@@ -13,7 +13,7 @@ per-expert input and gradient cast-transposes (lines 104, 315), per-expert cache
 the tokens per expert padded to a multiple of 16 (``Fp8Padding``, fp8_padding.py line 106; Megatron-Core
 experts.py lines 636-658 at core_r0.10.0), while the router GEMM (router.py line 59,
 ``torch.nn.functional.linear``), the permutation and the all-to-alls stay 16-bit
-(:func:`simgrid.model.moe.moe_gemms`, :func:`simgrid.model.fp8_kernels.fp8_moe_traffic`; docs/design.md,
+(:func:`simgrid.model.gemms.moe_gemms`, :func:`simgrid.model.fp8_kernels.fp8_moe_traffic`; docs/design.md,
 "MoE + fp8 (session 14)").
 """
 

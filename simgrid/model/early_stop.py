@@ -34,7 +34,7 @@ are never rerun, and the same early stop leaves out each module's last GEMM, ``o
 The memory a layer keeps is unchanged by early stop (the skipped outputs are not saved tensors), and so is
 the peak of the recompute; only the per-module wrapping keeps more (both norms' inputs and both modules'
 inputs, :mod:`simgrid.model.activations`). A MoE MLP sub-block's recompute stays whole under every
-implementation: its GEMMs are listed since session 14 (:func:`simgrid.model.moe.moe_gemms`), but which of its
+implementation: its GEMMs are listed since session 14 (:func:`simgrid.model.gemms.moe_gemms`), but which of its
 outputs a non-reentrant checkpoint may skip (combine, unpermute, shared expert) is not worked out here.
 """
 

@@ -35,7 +35,13 @@ from functools import lru_cache
 
 from simgrid.layout.spec import Layout
 from simgrid.model.blocks import block_kind, local_q_heads, local_seq_length, local_vocab
-from simgrid.model.moe import is_moe_block, moe_gemms
+from simgrid.model.moe import (
+    fc1_width,
+    is_moe_block,
+    moe_spec,
+    padded_tokens_per_local_expert,
+    routed_tokens,
+)
 from simgrid.model.params import mlp_in_width, qkv_width
 from simgrid.model.spec import ModelSpec
 
@@ -60,7 +66,7 @@ class BlockGemms:
     reads C and writes D, this many bytes each); 0: they write a fresh output in the compute dtype."""
     unquantized: frozenset[tuple[int, int, int]] = frozenset()
     """Shapes that stay 16-bit under fp8 beyond the attention core: a MoE sub-block's router and shared-expert
-    gate (:attr:`simgrid.model.moe.MoEGemms.unquantized`)."""
+    gate (:func:`moe_gemms`)."""
 
 
 MAIN_GRAD_FP32_BYTES = 4
@@ -111,6 +117,41 @@ def _linear(tokens: int, h_in: int, h_out: int) -> tuple[Gemm, Gemm, Gemm]:
     return (tokens, h_out, h_in, 1), (tokens, h_in, h_out, 1), (h_in, h_out, tokens, 1)
 
 
+def moe_gemms(model: ModelSpec, layout: Layout) -> BlockGemms:
+    """Every GEMM of a MoE sub-block, shape by shape.
+
+    Router ``(T_r, E, h)`` and the shared-expert gate ``(T_r, 1, h)`` on the rank's sequence shard; the shared
+    expert as a dense MLP over the gathered ``T`` tokens split over tp. The routed experts' grouped GEMMs are
+    listed stacked, as :attr:`simgrid.model.moe.MoETraffic.gemm_mnk` (a grouped kernel fills its waves with the
+    tiles of every local expert): forward and input gradient with the ``E / ep`` experts' rows stacked along
+    ``m``, the weight gradients (one ``h x n`` output per expert, inner dimension the expert's tokens) with the
+    experts' outputs stacked along ``m``. Their FLOPs are :func:`simgrid.model.moe.moe_block_flops`' up to the
+    rounding of tokens per expert (and, under fp8, the padding of each expert's tokens to a multiple of 16, which
+    the GPU does compute). The router and gate are ``torch.nn.functional.linear`` in Megatron-Core (router.py line
+    59, shared_experts.py line 87 at core_r0.10.0), never fp8 under Transformer Engine: ``unquantized``.
+    """
+    moe, h = moe_spec(model), model.hidden_size
+    t_r = routed_tokens(model, layout.micro_batch_size, layout.tp, layout.cp)
+    local = moe.num_experts // layout.ep
+    m_e = padded_tokens_per_local_expert(model, layout)
+    n1 = fc1_width(model, moe.expert_ffn_hidden_size) // layout.expert_tp
+    f_l = moe.expert_ffn_hidden_size // layout.expert_tp
+    router = _linear(t_r, h, moe.num_experts)
+    gate = _linear(t_r, h, 1) if moe.shared_expert_gate else None
+    rows = local * m_e
+    fc1 = ((rows, n1, h, 1), (rows, h, n1, 1), (local * h, n1, m_e, 1))
+    fc2 = ((rows, h, f_l, 1), (rows, f_l, h, 1), (local * f_l, h, m_e, 1))
+    parts = [router, *([gate] if gate else []), fc1, fc2]
+    if moe.shared_expert_ffn_hidden_size:
+        tokens = layout.micro_batch_size * local_seq_length(model, layout.cp)
+        f_s = moe.shared_expert_ffn_hidden_size
+        parts += [_linear(tokens, h, fc1_width(model, f_s) // layout.tp), _linear(tokens, f_s // layout.tp, h)]
+    return BlockGemms(fwd=tuple(p[0] for p in parts), bwd_input=tuple(p[1] for p in reversed(parts)),
+                      bwd_weight=tuple(p[2] for p in reversed(parts)),
+                      wgrad_accumulate_bytes=wgrad_accumulate_bytes(layout),
+                      unquantized=frozenset(g[:3] for g in (*router, *(gate or ()))))
+
+
 def block_gemms(model: ModelSpec, layout: Layout, block: int) -> BlockGemms:
     """The GEMMs of sub-block ``block`` (numbering of :mod:`simgrid.ir.ops`). Blocks of one kind share one
     (cached) object, so the lists of a stage's equal layers are the same tuples."""
@@ -125,11 +166,9 @@ def _kind_gemms(model: ModelSpec, layout: Layout, kind: str, moe: bool) -> Block
     tokens = layout.micro_batch_size * s_q
     if kind == "embed":
         return BlockGemms(fwd=(), bwd_input=(), bwd_weight=())
+    if moe:  # router, gate, grouped experts (stacked) and shared expert
+        return moe_gemms(model, layout)
     acc = wgrad_accumulate_bytes(layout)
-    if moe:  # router, gate, grouped experts (stacked) and shared expert: simgrid.model.moe.moe_gemms
-        g = moe_gemms(model, layout)
-        return BlockGemms(fwd=g.fwd, bwd_input=g.bwd_input, bwd_weight=g.bwd_weight, wgrad_accumulate_bytes=acc,
-                          unquantized=g.unquantized)
     if kind == "head":
         f, i, w = _linear(tokens, h, local_vocab(model, tp))
         return BlockGemms(fwd=(f,), bwd_input=(i,), bwd_weight=(w,), wgrad_accumulate_bytes=acc)

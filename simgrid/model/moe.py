@@ -149,62 +149,6 @@ def padded_tokens_per_local_expert(model: ModelSpec, layout: Layout) -> int:
     return -(-m // FP8_TOKEN_ALIGN) * FP8_TOKEN_ALIGN
 
 
-MNK = tuple[int, int, int, int]
-"""``(m, n, k, count)`` as :data:`simgrid.model.gemms.Gemm` (not imported: gemms imports this module)."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class MoEGemms:
-    """The GEMMs of one MoE sub-block for one micro-batch on one rank, by pass, and which stay 16-bit."""
-
-    fwd: tuple[MNK, ...]
-    """Forward: router, shared-expert gate, expert fc1 and fc2 (grouped, stacked), shared fc1 and fc2."""
-    bwd_input: tuple[MNK, ...]
-    """Input gradients, in backward order."""
-    bwd_weight: tuple[MNK, ...]
-    """Weight gradients, in backward order."""
-    unquantized: frozenset[tuple[int, int, int]]
-    """Shapes of the router and shared-expert gate GEMMs: ``torch.nn.functional.linear`` in Megatron-Core
-    (router.py line 59, shared_experts.py line 87 at core_r0.10.0), never fp8 under Transformer Engine."""
-
-
-def _linear3(tokens: int, h_in: int, h_out: int) -> tuple[MNK, MNK, MNK]:
-    """Forward, input-gradient and weight-gradient GEMMs of a ``h_in -> h_out`` linear over ``tokens`` rows."""
-    return (tokens, h_out, h_in, 1), (tokens, h_in, h_out, 1), (h_in, h_out, tokens, 1)
-
-
-def moe_gemms(model: ModelSpec, layout: Layout) -> MoEGemms:
-    """Every GEMM of a MoE sub-block (module docstring), shape by shape.
-
-    Router ``(T_r, E, h)`` and the shared-expert gate ``(T_r, 1, h)`` on the rank's sequence shard; the shared
-    expert as a dense MLP over the gathered ``T`` tokens split over tp. The routed experts' grouped GEMMs are
-    listed stacked, as :attr:`MoETraffic.gemm_mnk` (a grouped kernel fills its waves with the tiles of every
-    local expert): forward and input gradient with the ``E / ep`` experts' rows stacked along ``m``, the weight
-    gradients (one ``h x n`` output per expert, inner dimension the expert's tokens) with the experts' outputs
-    stacked along ``m``. Their FLOPs are :func:`moe_block_flops`' up to the rounding of tokens per expert
-    (and, under fp8, the padding of each expert's tokens to a multiple of 16, which the GPU does compute).
-    """
-    moe, h = moe_spec(model), model.hidden_size
-    t_r = routed_tokens(model, layout.micro_batch_size, layout.tp, layout.cp)
-    local = moe.num_experts // layout.ep
-    m_e = padded_tokens_per_local_expert(model, layout)
-    n1 = fc1_width(model, moe.expert_ffn_hidden_size) // layout.expert_tp
-    f_l = moe.expert_ffn_hidden_size // layout.expert_tp
-    router = _linear3(t_r, h, moe.num_experts)
-    gate = _linear3(t_r, h, 1) if moe.shared_expert_gate else None
-    rows = local * m_e
-    fc1 = ((rows, n1, h, 1), (rows, h, n1, 1), (local * h, n1, m_e, 1))
-    fc2 = ((rows, h, f_l, 1), (rows, f_l, h, 1), (local * f_l, h, m_e, 1))
-    parts = [router, *([gate] if gate else []), fc1, fc2]
-    if moe.shared_expert_ffn_hidden_size:
-        tokens = layout.micro_batch_size * local_seq_length(model, layout.cp)
-        f_s = moe.shared_expert_ffn_hidden_size
-        parts += [_linear3(tokens, h, fc1_width(model, f_s) // layout.tp), _linear3(tokens, f_s // layout.tp, h)]
-    unquantized = {g[:3] for g in (*router, *(gate or ()))}
-    return MoEGemms(fwd=tuple(p[0] for p in parts), bwd_input=tuple(p[1] for p in reversed(parts)),
-                    bwd_weight=tuple(p[2] for p in reversed(parts)), unquantized=frozenset(unquantized))
-
-
 # -- FLOPs --------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, kw_only=True)
 class MoEFlops:
