@@ -151,11 +151,14 @@ def fp8_moe_weight_params(model: ModelSpec, layout: Layout) -> int:
     gate are not TE modules (no fp8 copy)."""
     if layout.fp8_recipe == "none":
         return 0
-    moe, h = moe_spec(model), model.hidden_size
-    f_l = moe.expert_ffn_hidden_size // layout.expert_tp
-    routed = moe.num_experts // layout.ep * h * (fc1_width(model, moe.expert_ffn_hidden_size) // layout.expert_tp
-                                                 + f_l)
-    return routed + _shared_weights(model, layout)
+    return _routed_weights(model, layout) + _shared_weights(model, layout)
+
+
+def _routed_weights(model: ModelSpec, layout: Layout) -> int:
+    """Parameters of the ``E / ep`` local experts' fc1 and fc2 weights on one rank (each split ``1/etp``)."""
+    moe = moe_spec(model)
+    n1 = fc1_width(model, moe.expert_ffn_hidden_size) // layout.expert_tp
+    return moe.num_experts // layout.ep * model.hidden_size * (n1 + moe.expert_ffn_hidden_size // layout.expert_tp)
 
 
 def _shared_weights(model: ModelSpec, layout: Layout) -> int:
@@ -201,8 +204,7 @@ def fp8_moe_traffic(model: ModelSpec, layout: Layout) -> FP8Traffic:
     bwd = pad + cast * rows * (h + n1)  # fc2 output gradient, fc1 output gradient
     fwd_k, bwd_k = 2 + 2 * (1 + amax_k), 2 + (2 * local if model.bias else 2) * (1 + amax_k)
     m = layout.num_microbatches
-    weights = local * h * (n1 + f_l)
-    weight_bytes = cast * weights // m
+    weight_bytes = cast * _routed_weights(model, layout) // m
     weight_k = -(-2 * local * (1 + amax_k) // m)  # one cast per expert weight, spread over the step
     out = FP8Traffic(fwd + weight_bytes, bwd, fwd_k + weight_k, bwd_k, weight_bytes, weight_k)
     if moe.shared_expert_ffn_hidden_size:
