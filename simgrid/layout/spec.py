@@ -334,7 +334,7 @@ class Layout:
                 f"dp {self.dp}))" if "micro-batch" in problem else f"layout: {problem}"
             )
         if self.p2p_order == "megatron-core" and (self.schedule != "interleaved-1f1b" or m % self.pp):
-            # Megatron-LM 338af514 arguments.py lines 269-277 turn overlap_p2p_comm off without interleaving;
+            # Megatron-LM 338af514 arguments.py lines 271-277 turn overlap_p2p_comm off without interleaving;
             # schedules.py lines 566-570 need pp | m.
             raise LayoutError(
                 f"layout: p2p_order 'megatron-core' is Megatron-Core's overlapped p2p of its interleaved schedule, "

@@ -4,6 +4,8 @@ ends of every link in one order, the program finishing under any durations, and 
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from schedule_helpers import context, flat
 
@@ -53,7 +55,7 @@ def test_receive_for_the_next_forward_follows_each_forward_and_is_waited_before_
     _, ranks = _ranks(pp=4, vpp=2, global_batch_size=8)
     ops = ranks[1]
     forwards = [i for i, op in enumerate(ops) if isinstance(op, Compute) and op.kind == "F"]
-    for this, after in zip(forwards, forwards[1:], strict=False):
+    for this, after in pairwise(forwards):
         between = ops[this + 1:after]
         p2p = [op for op in between if isinstance(op, (Send, Recv))]
         assert isinstance(p2p[0], Recv) and p2p[0].key.direction == "F"

@@ -18,6 +18,11 @@ micro-batch, the same on both ends). Then, on each rank:
 Because every transfer can happen at its time in the witness run, and the op dependencies admit no
 choice, the program finishes under any durations (checked by the IR dry run in the tests).
 Stages on the same pipeline rank (the tip of the V in ZBV) hand tensors over locally, without ops.
+
+That is ``Layout.p2p_order = "witness"``. With ``"megatron-core"`` (interleaved 1F1B only) each rank
+instead issues its transfers, and waits for them, where Megatron-Core's interleaved schedule with
+``overlap_p2p_comm`` does (:mod:`simgrid.schedules.lower.p2p_megatron`); a peer pair's link order is then
+that issue order, the same on both ends (checked there), and the dry run checks that it finishes.
 """
 
 from __future__ import annotations

@@ -148,7 +148,7 @@ def megatron_actions(pp: int, vpp: int, m: int) -> list[list[Action]]:
         taken: dict[tuple[int, str], int] = defaultdict(int)
         row = []
         for stage, kind in megatron_order(pp, vpp, m, rank):
-            row.append(Action(stage, kind, taken[(stage, kind)]))  # type: ignore[arg-type]
+            row.append(Action(stage, kind, taken[(stage, kind)]))
             taken[(stage, kind)] += 1
         orders.append(row)
     return orders
