@@ -32,7 +32,7 @@ OptimizerImpl = Literal["fused", "foreach"]
 TPImpl = Literal["megatron", "dtensor"]
 CheckpointImpl = Literal["reentrant", "non-reentrant", "non-reentrant-modules"]
 FP8Recipe = Literal["none", "delayed", "current"]
-P2POrder = Literal["witness", "megatron-core"]
+P2POrder = Literal["witness", "megatron-core", "megatron-batched"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
@@ -211,7 +211,9 @@ class Layout:
     one for the next backward right after each backward, each waited for before the next forward / backward,
     and a non-overlapped cool-down; with m = pp every forward runs before the first backward, as Megatron-Core
     does (:mod:`simgrid.schedules.lower.p2p_megatron`). Needs schedule ``interleaved-1f1b`` with m a multiple
-    of pp."""
+    of pp. ``megatron-batched`` is Megatron-LM's path without that overlap (Megatron-Core's 1F1B, and Megatron-LM
+    2021/2022): each schedule call's sends and receives are one batch, waited for at once
+    (:mod:`simgrid.schedules.lower.p2p_batched`); needs ``1f1b``, or ``interleaved-1f1b`` with m a multiple of pp."""
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
@@ -332,6 +334,13 @@ class Layout:
             raise LayoutError(
                 f"layout: {problem} (m = global batch {self.gbs} / (micro-batch {self.micro_batch_size} * "
                 f"dp {self.dp}))" if "micro-batch" in problem else f"layout: {problem}"
+            )
+        if self.p2p_order == "megatron-batched" and (self.schedule not in ("1f1b", "interleaved-1f1b")
+                                                     or (self.schedule == "interleaved-1f1b" and m % self.pp)):
+            raise LayoutError(
+                f"layout: p2p_order 'megatron-batched' is Megatron-LM's batched, synchronised p2p of its 1F1B and "
+                f"interleaved schedules, which needs schedule '1f1b', or 'interleaved-1f1b' with m a multiple of pp "
+                f"(schedule = {self.schedule!r}, pp = {self.pp}, m = {m}); use p2p_order 'witness' or change the layout"
             )
         if self.p2p_order == "megatron-core" and (self.schedule != "interleaved-1f1b" or m % self.pp):
             # Megatron-LM 338af514 arguments.py lines 271-277 turn overlap_p2p_comm off without interleaving;

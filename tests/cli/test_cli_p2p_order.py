@@ -23,12 +23,12 @@ def _one_error_line(err: str) -> str:
 
 def test_p2p_order_flag_reaches_the_layout(capsys: pytest.CaptureFixture[str]) -> None:
     times = {}
-    for order in ("witness", "megatron-core"):
+    for order in ("witness", "megatron-core", "megatron-batched"):
         assert main([*INTERLEAVED, "--p2p-order", order]) in (0, None)
         out = json.loads(capsys.readouterr().out)
         assert out["layout"]["p2p_order"] == order
         times[order] = out["step_time_s"]
-    assert times["witness"] != times["megatron-core"]
+    assert len(set(times.values())) == 3
 
 
 def test_megatron_core_order_outside_the_interleaved_schedule_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:

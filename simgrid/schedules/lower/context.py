@@ -105,7 +105,8 @@ class LoweringContext:
         """Compute-only pipeline order, per pipeline rank."""
         lay = self.layout
         order = self.imported_order
-        if order is None and lay.p2p_order == "megatron-core":  # Megatron-Core's own order (differs when m = pp)
+        if order is None and lay.p2p_order != "witness" and lay.schedule == "interleaved-1f1b":  # Megatron's own
+            # interleaved order (it differs from torch's when m = pp)
             order = megatron_actions(lay.pp, lay.vpp, self.num_microbatches)
         if order is None:
             order = pipeline_order(self.schedule, lay.pp, self.num_microbatches, lay.vpp)

@@ -33,7 +33,9 @@ from dataclasses import dataclass
 from simgrid.errors import ScheduleError
 from simgrid.ir.ops import Alloc, Free, Op, P2PKey, Recv, Send, Wait
 from simgrid.schedules.lower.context import LoweringContext, Role
+from simgrid.schedules.lower.p2p_batched import batched_calls
 from simgrid.schedules.lower.p2p_megatron import match_calls, megatron_calls, megatron_order
+from simgrid.schedules.pipeline import pipeline_order
 from simgrid.schedules.unit_time import DEFAULT_DURATIONS, simulate_unit_time
 
 
@@ -134,26 +136,35 @@ def _witness_placement(ctx: LoweringContext, place: _Placement, peer: list[int],
 
 
 def _megatron_placement(ctx: LoweringContext, place: _Placement, peer: list[int], size: int) -> None:
-    # Megatron-Core's interleaved posting points and waits (simgrid.schedules.lower.p2p_megatron).
+    # Megatron's posting points and waits: overlapped (simgrid.schedules.lower.p2p_megatron) or batched and
+    # synchronised (simgrid.schedules.lower.p2p_batched).
     lay = ctx.layout
+    interleaved = ctx.schedule == "interleaved-1f1b"
     transfers = pipeline_transfers(ctx)
     calls = []
     for rank, row in enumerate(ctx.order):
         steps: dict[str, list[int]] = {"F": [], "B": []}
         for index, action in enumerate(row):
             steps.setdefault(action.kind, []).append(index + 1)
-        calls.append(megatron_calls(lay.pp, lay.vpp, ctx.num_microbatches, rank, steps["F"], steps["B"]))
-        expected = megatron_order(lay.pp, lay.vpp, ctx.num_microbatches, rank)
+        if interleaved:
+            expected = megatron_order(lay.pp, lay.vpp, ctx.num_microbatches, rank)
+        else:
+            expected = [(a.stage, a.kind) for a in pipeline_order("1f1b", lay.pp, ctx.num_microbatches)[rank]]
         if [(a.stage, a.kind) for a in row] != expected:
             raise ScheduleError(
-                f"p2p_order 'megatron-core' posts transfers where Megatron-Core's interleaved schedule does, but "
-                f"pipeline rank {rank}'s compute order is not that schedule's; use p2p_order 'witness'"
+                f"p2p_order {lay.p2p_order!r} posts transfers where Megatron's schedule does, but pipeline rank "
+                f"{rank}'s compute order is not that schedule's; use p2p_order 'witness'"
             )
+        if lay.p2p_order == "megatron-batched":
+            calls.append(batched_calls(lay.pp, lay.vpp, ctx.num_microbatches, rank, steps["F"], steps["B"],
+                                       interleaved))
+        else:
+            calls.append(megatron_calls(lay.pp, lay.vpp, ctx.num_microbatches, rank, steps["F"], steps["B"]))
     consumers = {t.key: t.consumer_step for t in transfers}
     sent = {(t.src_rank, t.producer_step): t.key for t in transfers}
     for rank, items in enumerate(match_calls(lay.pp, calls, sent, consumers)):
-        tails, blocking = place.tails[rank], defaultdict(list)
-        for p in items:
+        tails, pending = place.tails[rank], []
+        for index, p in enumerate(items):
             handle = _handle(p.kind, p.key)
             if p.kind == "send":
                 tails[p.call.step].append(Send(peer=peer[p.peer], bytes=size, key=p.key, handle=handle))
@@ -161,14 +172,15 @@ def _megatron_placement(ctx: LoweringContext, place: _Placement, peer: list[int]
                 tails[p.call.step] += [Alloc(name=handle, bytes=size, category="comm"),
                                        Recv(peer=peer[p.peer], bytes=size, key=p.key, handle=handle)]
                 place.ends[rank][consumers[p.key]].append(Free(name=handle))
-            if p.call.blocking:  # waited right after the call's ops (one such call per step)
-                blocking[p.call.step].append(Wait(handle=handle))
+            if p.call.blocking:  # waited right after the call's last op
+                pending.append(Wait(handle=handle))
+                if index + 1 == len(items) or items[index + 1].call is not p.call:
+                    tails[p.call.step] += pending
+                    pending = []
             elif p.call.wait_step is not None:
                 place.heads[rank][p.call.wait_step].append(Wait(handle=handle))
             else:  # the step's last forward send: Megatron never waits for it in the schedule
                 place.send_waits[rank].append(Wait(handle=handle))
-        for step, waits in blocking.items():
-            tails[step] += waits
 
 
 def add_pipeline_p2p(ctx: LoweringContext, roles: list[Role]) -> list[Role]:
@@ -179,7 +191,7 @@ def add_pipeline_p2p(ctx: LoweringContext, roles: list[Role]) -> list[Role]:
     peer = [ctx.canonical_rank(r) for r in range(ctx.layout.pp)]
     place = _Placement(heads=[defaultdict(list) for _ in roles], ends=[defaultdict(list) for _ in roles],
                        tails=[defaultdict(list) for _ in roles], send_waits=[[] for _ in roles])
-    if ctx.layout.p2p_order == "megatron-core":
+    if ctx.layout.p2p_order != "witness":
         _megatron_placement(ctx, place, peer, size)
     else:
         _witness_placement(ctx, place, peer, size)

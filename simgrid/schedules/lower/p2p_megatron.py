@@ -57,6 +57,9 @@ class Call:
     """Step before whose compute the call's handles are waited for; None: waited only at the step's end."""
     blocking: bool = False
     """Waited right after it is issued (no overlap)."""
+    made: dict[str, int] = field(default_factory=dict)
+    """Step of the action that produced each direction's sent tensor, where it is not ``step`` (the batched
+    path sends a forward's output only after the backward that follows it)."""
 
 
 def megatron_calls(pp: int, vpp: int, m: int, rank: int, f_steps: list[int], b_steps: list[int]) -> list[Call]:
@@ -179,7 +182,7 @@ def match_calls(pp: int, calls: list[list[Call]], sent: dict[tuple[int, int], P2
         for c in row:
             for kind, direction, _ in c.ops:
                 if kind == "send":
-                    key = sent.pop((rank, c.step), None)
+                    key = sent.pop((rank, c.made.get(direction, c.step)), None)
                     if key is None or key.direction != direction:
                         raise ScheduleError(f"internal: Megatron sends {direction} after step {c.step} of pipeline "
                                             f"rank {rank}, but the order produces no such tensor there")
