@@ -116,6 +116,9 @@ class DevRow:
     ``delayed`` (``DelayedScaling``, NeMo's "FP8" until 25.04), ``current`` (``Float8CurrentScaling``, NeMo's
     "FP8-CS"), ``none`` (every GEMM in ``precision``). Passed to the layout when the layout has the setting
     (session 12, helper fp8core); a row with an fp8 recipe is not simulated without it."""
+    fp8_params: bool = False
+    """``Layout.fp8_params``: Transformer Engine fp8 weights, where the source's config sets NeMo ``model.fp8_params``
+    (apex DistributedFusedAdam gathers them as uint8; docs/design.md "fp8 parameters (session 15)")."""
     bucket_size_MB: float | None = None
     """Gradient bucket size in MB (``Layout.bucket_size_MB``; ``None``: the layout's default), where the source's
     optimizer buckets by size (NeMo's apex DistributedFusedAdam ``bucket_cap_mb``)."""

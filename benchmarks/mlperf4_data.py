@@ -45,8 +45,10 @@ _V4_ASSUMED = (
     "release, 24.04 -> 97f517e1 (whose distributed_fused_adam.py equals 810ffae3's, read in session 13), 24.09 -> "
     "59b80ee8 (adds f3f04924, NCCL user buffers, off here: nccl_ub False, and f9f19d5c, hook registration only); the "
     "24.09 container's Transformer Engine is not pinned: TE v1.9, v1.10 and v1.11 were read and agree (attention below)",
-    "fp8: config_fp8.sh as v3.1 (hybrid, amax history 1024, max, reduce amax) and config_common.sh FP8_PARAMS=True "
-    "(custom.yaml fp8_params): Transformer Engine DelayedScaling with fp8 weights",
+    "fp8: config_fp8.sh as v3.1 (hybrid, amax history 1024, max, reduce amax) and fp8 weights, Layout.fp8_params: "
+    "config_common.sh FP8_PARAMS=True (v4.0 line 74; v4.1 eos_n32 / eos_n64 line 66) -> conf/custom.yaml "
+    "fp8_params (v4.0 line 81, v4.1 line 82) -> NeMo builds the model under Transformer Engine fp8_model_init "
+    "(megatron_gpt_model.py lines 327-328 at v2.0.0.rc0.beta, 360-361 at 24.09-alpha.rc0)",
     "attention: cuDNN fused attention, the H100 profile's default ('auto'): TE v1.6rc1 attention.py lines 2912-2917 "
     "drop flash-attn on sm90 when cuDNN's F16_arbitrary_seqlen backend also fits; TE v1.9 / v1.10 / v1.11 likewise "
     "('Disabling FlashAttention to give FusedAttention preference on Hopper+', lines 661-666 / 745-750 / 824-829); "
@@ -67,11 +69,12 @@ _V4_DISTOPT = (
     "grad_sync_func 674-681, and 24.09-alpha.rc0 the same at 664-666, 719-730, 791-798; not modelled as in v3.1 "
     "(sharded gradient buffer, the copy out of the gathered bucket, the first bucket beside the optimizer step)")
 _FP8_PARAMS = (
-    "fp8 parameters (FP8_PARAMS=True): NeMo's MegatronDistributedFusedAdam gathers Float8Tensor weights as uint8 "
-    "(nemo/core/optim/distributed_adam.py lines 232-234 and 273-283 at v2.0.0.rc0.beta) and NeMo keeps only the fp8 "
-    "weights in each layer's bucket (megatron_gpt_model.py make_parameter_bucket, lines 552-558: the layer's norms and "
-    "biases join the first bucket); the simulator has no parameter-gather dtype and gathers every bucket in bf16, "
-    "twice these rows' parameter-sync bytes, nor prices the weights' fp8 casts in the optimizer step")
+    "fp8 parameters (Layout.fp8_params, docs/design.md 'fp8 parameters (session 15)'): the uint8 all-gathers, the "
+    "optimizer's cast of the shard and the weights' transpose refill are simulated; not modelled: the gradient "
+    "buckets keep each layer's biases and norms (NeMo moves them into the rank's first bucket, megatron_gpt_model.py "
+    "make_parameter_bucket lines 552-558: at most one more padded state bucket of reduce-scatter per rank), the amax "
+    "MAX all-reduce over the data-parallel group in the optimizer step (4 bytes per fp8 weight, latency-bound), and "
+    "at TE v1.6rc1 (v4.0) the transpose refill sits in the first backward rather than the first forward")
 _USERBUFFERS_4 = (
     "TP overlap: the simulator's tp_comm_overlap is Transformer Engine's chunked userbuffers overlap; the recipe's "
     "per-GEMM methods (conf/tp_overlap/h100tp4mbs{1,2}.yaml), the multicast ring all-gathers and reduce-scatters "
@@ -100,7 +103,7 @@ def _v40(system: str, nodes: int, gbs: int, ga: int, config: str, medians: tuple
          pp: int, vpp: int, extra: tuple[str, ...]) -> DevRow:
     return mlperf_row(system, nodes, gbs, ga, config, medians, tps, round_id="mlperf40", source=MLPERF_40,
                       impl=_IMPL40, pp=pp, vpp=vpp, bucket_size_MB=200, attention_kernel="auto",
-                      timing="block time per step", assumed=_V4_ASSUMED,
+                      timing="block time per step", assumed=_V4_ASSUMED, fp8_params=True,
                       deviations=(_BLOCK_TIMING, _V4_DISTOPT, _FP8_PARAMS, _USERBUFFERS_4, _AMAX, *extra))
 
 
@@ -108,7 +111,7 @@ def _v41(system: str, nodes: int, gbs: int, ga: int, config: str, medians: tuple
          bucket_MB: float) -> DevRow:
     return mlperf_row(system, nodes, gbs, ga, config, medians, tps, round_id="mlperf41", source=MLPERF_41,
                       impl=f"NVIDIA/benchmarks/gpt3/implementations/{system}", vpp=6, bucket_size_MB=bucket_MB,
-                      attention_kernel="auto", timing="train_step_timing", assumed=_V4_ASSUMED,
+                      attention_kernel="auto", timing="train_step_timing", assumed=_V4_ASSUMED, fp8_params=True,
                       deviations=(_V4_DISTOPT, _FP8_PARAMS, _USERBUFFERS_4, _AMAX, _DEFER_WGRAD))
 
 

@@ -34,6 +34,9 @@ _ASSUMED = (
     "the host work between two steps; custom_callbacks.py lines 127-186 only forward the value to MLLOG",
     "fp8: config_fp8.sh FP8=True, FP8_HYBRID=True (E4M3 forward, E5M2 gradients), FP8_AMAX_HISTORY=1024, "
     "FP8_AMAX_ALGO=max, FP8_REDUCE_AMAX=True: Transformer Engine DelayedScaling (the only recipe of TE 09ba842)",
+    "fp8 weights off (Layout.fp8_params False): conf/custom.yaml sets no fp8_params and the row's NeMo bd0b818 has no "
+    "such option (no fp8_params, fp8_model_init or Float8Tensor under nemo/), so the weights stay bf16 and are "
+    "cast to fp8 each step; fp8 weights arrive with NeMo v2.0.0.rc0.beta (the v4.x rows)",
     "layout: config_DGXH100_<nodes>x8x<MINIBS>x4x8_mbs1.sh TP 4, PP 8, MICRO_BATCH_SIZE=1, TP_COMM_OVERLAP=True; "
     "conf/custom.yaml virtual pipeline 12 (line 62, INTERLEAVED_PIPELINE unset), sequence_parallel True (line 97), "
     "no activation recompute (line 94, granularity null), gradient_accumulation_fusion True (line 88), "
@@ -93,7 +96,8 @@ def mlperf_row(system: str, nodes: int, gbs: int, ga: int, config: str, run_medi
                tps: float, *, round_id: str = "mlperf31", source: Source = MLPERF_31, impl: str = _IMPL,
                tp: int = _TP, pp: int = _PP, vpp: int = _VPP, bucket_size_MB: float = 100, attention_kernel: str = "fa2",
                timing: str = "train_step_timing", config_files: str = "config_common.sh, config_fp8.sh, conf/custom.yaml",
-               assumed: tuple[str, ...] = _ASSUMED, deviations: tuple[str, ...] | None = None) -> DevRow:
+               assumed: tuple[str, ...] = _ASSUMED, deviations: tuple[str, ...] | None = None,
+               fp8_params: bool = False) -> DevRow:
     """One NVIDIA MLPerf GPT-3 175B row on DGX H100 (Eos) from its result directory ``system``
     (``<name>_ngc<container>_nemo``), the log's batch, the config script and the three runs' median step times;
     the defaults are the v3.1 round's recipe (session 13), the MLPerf v4.x rows (mlperf4_data.py) pass theirs."""
@@ -113,7 +117,7 @@ def mlperf_row(system: str, nodes: int, gbs: int, ga: int, config: str, run_medi
         # v4.0 78-79, v4.1 eos_n32/n64 79-80) and no config script sets OVERLAP_P2P_COMM; the interleaved schedule's
         # overlapped path is the same at Megatron-LM df72712, 3c0f3ef and dd18205 as at 338af514
         p2p_order="megatron-core" if vpp > 1 else "witness",
-        fp8_recipe="delayed", metric="tokens_per_s_per_gpu", published=tps,
+        fp8_recipe="delayed", fp8_params=fp8_params, metric="tokens_per_s_per_gpu", published=tps,
         # the logs print step times; the tokens/s/GPU figure is derived from them (conversion)
         published_text=f"{tps:.1f} tokens/s/GPU (derived: median {timing} {step_s:.4f} s, runs "
                        f"{', '.join(f'{m:.4f}' for m in run_medians)} s, GBS {gbs} x seq {_SEQ})",

@@ -59,6 +59,8 @@ def _optional_layout_settings(row: DevRow) -> dict[str, Any]:
         extra["fp8_recipe"] = row.fp8_recipe
     if row.tp_async_grad_comm:
         extra["tp_async_grad_comm"] = True
+    if row.fp8_params:
+        extra["fp8_params"] = True
     if row.bucket_size_MB is not None:
         extra["bucket_size_MB"] = row.bucket_size_MB
     if row.p2p_order != "witness":

@@ -21,6 +21,9 @@ _NEMO_2407_ASSUMED = (
     "format (E4M3 forward, E5M2 gradients): the table says only 'FP8'; the launcher's fp8 examples set "
     "training.model.fp8=true (+ fp8_hybrid=True for Llama), the training configs amax_history_len 1024 / 'max' "
     "(GPT-3, Llama 3) or 1 / 'most_recent' (Llama 2)",
+    "fp8 weights off (Layout.fp8_params False): no training config or example script of the launcher at 24.07 sets "
+    "fp8_params (only conf/training/gpt3/mlperf.yaml line 270, mlperf-24n.yaml line 304 and the examples/peft "
+    "scripts do), and NeMo reads cfg.get('fp8_params', False) (megatron_gpt_model.py line 342 at r2.0.0rc1)",
     "everything the table does not state is the launcher's training config of that model at tag 24.07 plus the "
     "overrides of its H100 fp8 example script: no activation recompute (activations_checkpoint_granularity null), "
     "Transformer Engine layers, gradient_accumulation_fusion true, optimizer distributed_fused_adam with "

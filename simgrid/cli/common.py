@@ -189,6 +189,10 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
     g.add_argument("--fp8", dest="fp8_recipe", default="none", metavar="{none,delayed,current}",
                    help="Transformer Engine fp8 autocast of the transformer layers' linear layers: none (default), "
                         "delayed (DelayedScaling) or current (Float8CurrentScaling, NeMo's FP8-CS); needs bf16/fp16")
+    g.add_argument("--fp8-params", action="store_true",
+                   help="NeMo's fp8 weights (model.fp8_params): Transformer Engine Float8Tensor parameters, no 16-bit "
+                        "copy, all-gathered as 1-byte uint8 by apex DistributedFusedAdam (needs --fp8 delayed and "
+                        "--zero 1 --zero-impl apex)")
     g.add_argument("--offload", action="store_true", help="offload optimizer states and step to the host CPU")
     g.add_argument(
         "--dp-mode",
@@ -243,7 +247,7 @@ def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "zero_impl": getattr(args, "zero_impl", "deepspeed"), "reduce_dtype": getattr(args, "reduce_dtype", "param"),
             "cross_entropy": getattr(args, "cross_entropy", "fused"), "tp_impl": getattr(args, "tp_impl", "megatron"),
             "checkpoint_impl": getattr(args, "checkpoint_impl", "reentrant"),
-            "fp8_recipe": getattr(args, "fp8_recipe", "none")}
+            "fp8_recipe": getattr(args, "fp8_recipe", "none"), "fp8_params": getattr(args, "fp8_params", False)}
 
 
 def add_hardware_args(parser: argparse.ArgumentParser, *, cluster_required: bool, gpu_profile: bool,
@@ -389,7 +393,8 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         cross_entropy=getattr(args, "cross_entropy", "fused"), tp_impl=getattr(args, "tp_impl", "megatron"),
         optimizer_impl=getattr(args, "optimizer_impl", "fused"),
         checkpoint_impl=getattr(args, "checkpoint_impl", "reentrant"),
-        fp8_recipe=getattr(args, "fp8_recipe", "none"), p2p_order=getattr(args, "p2p_order", "witness"),
+        fp8_recipe=getattr(args, "fp8_recipe", "none"), fp8_params=getattr(args, "fp8_params", False),
+        p2p_order=getattr(args, "p2p_order", "witness"),
     )
     if order is None:
         return Layout(**fields)

@@ -55,6 +55,8 @@ def describe_layout(lay: Layout) -> str:
         parts.append("wgrad accumulation fusion")
     if lay.overlap_param_gather:
         parts.append("param gather overlap")
+    if lay.fp8_params:
+        parts.append("fp8 params")
     if lay.flash_attention:
         parts.append("flash attention")
     return ", ".join(parts)

@@ -202,6 +202,12 @@ class Layout:
     cast; NeMo's "FP8-CS", Megatron ``--fp8-recipe tensorwise``); ``none`` runs every GEMM in ``precision``.
     Needs precision bf16 or fp16, a dense model and a GPU with an fp8 peak (:mod:`simgrid.layout.fp8_checks`;
     docs/design.md, "fp8 training" and "fp8 checks and MoE + fp8")."""
+    fp8_params: bool = False
+    """Transformer Engine's fp8 weights (NeMo ``model.fp8_params``: the model is built under TE ``fp8_model_init``,
+    so every TE linear's weight is a ``Float8Tensor``): no 16-bit copy of those weights, no per-step weight cast in
+    the forward (only the transpose cache refill), apex DistributedFusedAdam casts its updated fp32 shard to fp8 and
+    all-gathers those weights as uint8, 1 byte per element (docs/design.md, "fp8 parameters (session 15)").
+    Needs ``fp8_recipe = "delayed"`` and ``zero_impl = "apex"`` (the implementation read)."""
 
     p2p_order: P2POrder = "witness"
     """Where each pipeline rank posts its SENDs and RECVs (:mod:`simgrid.schedules.lower.p2p`): ``witness`` orders
@@ -241,7 +247,8 @@ class Layout:
         _choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         _choice("p2p_order", self.p2p_order, P2P_ORDERS)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
-                     "tp_comm_overlap", "overlap_param_gather", "tp_async_grad_comm", "grad_accumulation_fusion"):
+                     "tp_comm_overlap", "overlap_param_gather", "tp_async_grad_comm", "grad_accumulation_fusion",
+                     "fp8_params"):
             if not isinstance(getattr(self, flag), bool):
                 raise LayoutError(f"layout: {flag} = {getattr(self, flag)!r} must be true or false")
         if isinstance(self.bucket_size_MB, bool) or not isinstance(self.bucket_size_MB, int | float):
@@ -444,6 +451,16 @@ class Layout:
             raise LayoutError(
                 f"layout: fp8_recipe = {self.fp8_recipe!r} needs 16-bit mixed precision (Transformer Engine's fp8 "
                 f"autocast keeps bf16/fp16 master copies) but precision = 'fp32'; use precision 'bf16' or fp8_recipe 'none'"
+            )
+        if self.fp8_params and self.fp8_recipe != "delayed":
+            raise LayoutError(
+                f"layout: fp8_params = true needs fp8_recipe 'delayed' (NeMo's fp8 weights are Transformer Engine "
+                f"DelayedScaling Float8Tensors) but fp8_recipe = {self.fp8_recipe!r}; use --fp8 delayed or drop --fp8-params"
+            )
+        if self.fp8_params and self.zero_impl != "apex":
+            raise LayoutError(
+                f"layout: fp8_params = true is modelled for NeMo's apex DistributedFusedAdam only but zero_impl = "
+                f"{self.zero_impl!r}; use --zero 1 --zero-impl apex or drop --fp8-params"
             )
         if self.zero and self.dp == 1:
             # ZeRO over a single replica shards nothing; allowed (it degenerates to stage 0) but noted.

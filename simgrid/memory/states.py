@@ -46,7 +46,13 @@ from simgrid.errors import LayoutError
 from simgrid.layout.spec import Layout
 from simgrid.model.blocks import block_kind, stage_blocks, stages_of_rank
 from simgrid.model.cost import block_cost
-from simgrid.model.fp8_kernels import FP8_WEIGHT_CACHE_BYTES, fp8_moe_weight_params, fp8_weight_params
+from simgrid.model.fp8_kernels import (
+    FP8_BYTES,
+    FP8_WEIGHT_CACHE_BYTES,
+    fp8_moe_weight_params,
+    fp8_weight_cache_bytes,
+    fp8_weight_params,
+)
 from simgrid.model.moe import is_moe_block
 from simgrid.model.spec import ModelSpec
 
@@ -162,9 +168,14 @@ def block_state_bytes(model: ModelSpec, layout: Layout, block: int) -> ModelStat
     if layout.fp8_recipe != "none":
         # Transformer Engine's cached fp8 weight and its transpose, whole on every rank (not ZeRO-sharded); a MoE
         # sub-block's local experts and shared expert too (GroupedLinear caches one per expert, "weight{i}").
-        params = (fp8_moe_weight_params(model, layout) if is_moe_block(model, block)
+        moe = is_moe_block(model, block)
+        params = (fp8_moe_weight_params(model, layout) if moe
                   else fp8_weight_params(model, layout, block_kind(model, block)[0]))
-        cache = FP8_WEIGHT_CACHE_BYTES * params
+        cache = fp8_weight_cache_bytes(layout) * params if not moe else FP8_WEIGHT_CACHE_BYTES * params
+        if layout.fp8_params and not moe:
+            # fp8 parameters (Layout.fp8_params): the TE linears' weights are 1-byte Float8Tensors, no 16-bit copy
+            # (NeMo builds the model under TE fp8_model_init, megatron_gpt_model.py lines 327-328 at b2eccd2)
+            cache -= (layout.param_bytes - FP8_BYTES) * params
         dense = dense + ModelStates(weights_bytes=cache, grads_bytes=0, optimizer_bytes=0)
     if not cost.expert_param_count:
         return dense

@@ -75,6 +75,13 @@ FP8_WEIGHT_CACHE_BYTES = 2 * FP8_BYTES
 = "weight"`` across the step's micro-batches)."""
 
 
+def fp8_weight_cache_bytes(layout: Layout) -> int:
+    """Bytes per TE-linear weight parameter Transformer Engine keeps beside the parameter: the fp8 workspace and its
+    transpose (:data:`FP8_WEIGHT_CACHE_BYTES`), or with ``fp8_params`` the ``Float8Tensor``'s transpose cache only
+    (TE v1.6rc1 float8_tensor.py ``transpose_2d(cache=True)``, lines 466-509; the fp8 data is the parameter)."""
+    return FP8_BYTES if layout.fp8_params else FP8_WEIGHT_CACHE_BYTES
+
+
 def _widths(model: ModelSpec, layout: Layout, kind: str) -> tuple[int, int]:
     """(column-parallel linear's output width, row-parallel linear's input width) on one tp rank."""
     tp = layout.tp
@@ -96,16 +103,22 @@ def fp8_traffic(model: ModelSpec, layout: Layout, kind: str) -> FP8Traffic:
     if layout.fp8_recipe == "none" or kind not in ("attn", "mlp"):
         return NO_FP8
     column_out, row_in = _widths(model, layout, kind)
-    return _linear_pair(model, layout, column_out, row_in, fp8_weight_params(model, layout, kind), norm_fused=True)
+    return _linear_pair(model, layout, column_out, row_in, fp8_weight_params(model, layout, kind), norm_fused=True,
+                        fp8_weights=layout.fp8_params)
 
 
 def _linear_pair(model: ModelSpec, layout: Layout, column_out: int, row_in: int, weights: int, *,
-                 norm_fused: bool) -> FP8Traffic:
+                 norm_fused: bool, fp8_weights: bool = False) -> FP8Traffic:
     """A column-parallel TE linear (``column_out`` wide on this rank) then a row-parallel one (``row_in`` wide
     input), both over the micro-batch's tokens, with ``weights`` parameters cast once per step.
     ``norm_fused``: the column linear is a ``LayerNormLinear`` (its norm emits fp8); else a ``Linear`` that
     casts the 16-bit norm output itself (a MoE layer's shared expert, gpt_layer_specs.py lines 264-267 at
-    core_r0.10.0: ``TEColumnParallelLinear`` behind a separate ``TENorm``, line 102)."""
+    core_r0.10.0: ``TEColumnParallelLinear`` behind a separate ``TENorm``, line 102).
+    ``fp8_weights``: the weights are ``Float8Tensor`` parameters (``Layout.fp8_params``), not cast in the forward;
+    their transpose caches, invalidated by the optimizer's parameter copy, are refilled once per step (2 bytes per
+    parameter, one launch per weight): in the first backward at TE v1.6rc1 (linear.py lines 362-366,
+    ``weight.transpose_2d(cache=True)``), in the first forward at v1.11 (linear.py lines 964-972, ``fill_cache=True``);
+    priced as the forward's 1/m share either way."""
     d, tp, h = layout.param_bytes, layout.tp, model.hidden_size
     current = layout.fp8_recipe == "current"
     amax = d if current else 0  # current scaling's extra read of every quantized 16-bit tensor
@@ -139,8 +152,11 @@ def _linear_pair(model: ModelSpec, layout: Layout, column_out: int, row_in: int,
         bwd += (d + 2 + amax) * full
         bwd_k += 1 + amax_k
     m = layout.num_microbatches
-    weight_bytes = (d + 2 + amax) * weights // m
-    weight_k = -(-2 * (1 + amax_k) // m)  # at least one launch per micro-batch while any is left
+    if fp8_weights:  # Float8Tensor weights: only their transpose caches are refilled, once per step
+        weight_bytes, weight_k = TRANSPOSE_BYTES * weights // m, -(-2 // m)
+    else:
+        weight_bytes = (d + 2 + amax) * weights // m
+        weight_k = -(-2 * (1 + amax_k) // m)  # at least one launch per micro-batch while any is left
     return FP8Traffic(fwd + weight_bytes, bwd, fwd_k + weight_k, bwd_k, weight_bytes, weight_k)
 
 

@@ -69,3 +69,24 @@ def test_moe_with_fp8_is_accepted(capsys: pytest.CaptureFixture[str], command: l
     """MoE + fp8 is priced since session 14 (it was refused): memory and simulate succeed."""
     assert main([*command, "--fp8", "delayed"]) in (0, None)
     assert "error" not in capsys.readouterr().err
+
+
+APEX = ["--zero", "1", "--zero-impl", "apex"]
+
+
+def test_fp8_params_flag_reaches_the_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SIMULATE, *APEX, "--fp8", "delayed", "--fp8-params"]) in (0, None)
+    assert json.loads(capsys.readouterr().out)["layout"]["fp8_params"] is True
+    assert main([*SIMULATE, *APEX, "--fp8", "delayed"]) in (0, None)
+    assert json.loads(capsys.readouterr().out)["layout"]["fp8_params"] is False
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--fp8-params", *APEX], "fp8_params = true needs fp8_recipe 'delayed'"),
+    (["--fp8", "delayed", "--fp8-params"], "fp8_params = true is modelled for NeMo's apex DistributedFusedAdam only"),
+])
+def test_fp8_params_without_delayed_fp8_or_apex_is_one_line(extra: list[str], message: str,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SIMULATE, *extra]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]

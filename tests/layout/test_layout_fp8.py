@@ -3,6 +3,8 @@ recipes and needs 16-bit mixed precision (one-line errors naming the field, the 
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from simgrid.errors import LayoutError
@@ -28,3 +30,28 @@ def test_fp8_needs_sixteen_bit_precision() -> None:
     message = str(err.value)
     assert "fp8_recipe = 'current'" in message and "precision = 'fp32'" in message
     assert "use precision 'bf16' or fp8_recipe 'none'" in message and "\n" not in message
+
+
+def test_fp8_params_default_off_and_round_trip() -> None:
+    layout = Layout(dp=2, zero=1, zero_impl="apex", fp8_recipe="delayed", fp8_params=True)
+    assert not Layout().fp8_params and Layout.from_dict(layout.to_dict()) == layout
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"fp8_recipe": "none"}, "fp8_params = true needs fp8_recipe 'delayed' (NeMo's fp8 weights are Transformer "
+                             "Engine DelayedScaling Float8Tensors) but fp8_recipe = 'none'"),
+    ({"fp8_recipe": "current"}, "but fp8_recipe = 'current'; use --fp8 delayed or drop --fp8-params"),
+    ({"zero_impl": "deepspeed"}, "fp8_params = true is modelled for NeMo's apex DistributedFusedAdam only but "
+                                 "zero_impl = 'deepspeed'; use --zero 1 --zero-impl apex or drop --fp8-params"),
+])
+def test_fp8_params_need_delayed_fp8_and_apex(fields: dict[str, object], message: str) -> None:
+    settings: dict[str, object] = {"dp": 2, "zero": 1, "zero_impl": "apex", "fp8_recipe": "delayed",
+                                   "fp8_params": True, **fields}
+    with pytest.raises(LayoutError, match=re.escape(message)) as raised:
+        Layout(**settings)  # type: ignore[arg-type]
+    assert str(raised.value).startswith("layout: fp8_params = true ") and "\n" not in str(raised.value)
+
+
+def test_fp8_params_must_be_a_bool() -> None:
+    with pytest.raises(LayoutError, match="fp8_params = 'yes' must be true or false"):
+        Layout(fp8_params="yes")  # type: ignore[arg-type]

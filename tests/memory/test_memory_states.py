@@ -158,6 +158,23 @@ def test_fp8_caches_each_te_linear_weight_and_its_transpose() -> None:
         assert block_state_bytes(model, fp8, block) == block_state_bytes(model, plain, block)
 
 
+def test_fp8_params_hold_one_byte_weights_and_only_the_transpose_cache() -> None:
+    """Layout.fp8_params: each TE linear weight is a 1-byte Float8Tensor (no bf16 copy) plus its 1-byte transpose
+    cache: 2 bytes per parameter instead of 2 (bf16) + 2 (fp8 copy and transpose), i.e. 2 bytes less; gradients
+    and optimizer states unchanged, the embedding and the head untouched."""
+    from simgrid.model.fp8_kernels import fp8_weight_params
+
+    model = get_model("llama2-7b")
+    fp8 = Layout(tp=2, dp=2, zero=1, zero_impl="apex", global_batch_size=4, fp8_recipe="delayed")
+    fp8w = dataclasses.replace(fp8, fp8_params=True)
+    for block, kind in ((1, "attn"), (2, "mlp")):
+        before, after = block_state_bytes(model, fp8, block), block_state_bytes(model, fp8w, block)
+        assert before.weights_bytes - after.weights_bytes == 2 * fp8_weight_params(model, fp8, kind)
+        assert (before.grads_bytes, before.optimizer_bytes) == (after.grads_bytes, after.optimizer_bytes)
+    for block in (0, 2 * model.num_layers + 1):
+        assert block_state_bytes(model, fp8w, block) == block_state_bytes(model, fp8, block)
+
+
 def test_fp8_caches_every_local_expert_weight_and_the_shared_expert() -> None:
     """A MoE sub-block under fp8 holds the fp8 copy and transpose of its E / ep local experts' fc1 and fc2 weights
     (TE GroupedLinear's per-expert workspaces) and its shared expert's linears: 2 bytes per parameter; the router

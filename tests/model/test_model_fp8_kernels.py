@@ -138,3 +138,17 @@ def test_moe_saved_expert_inputs_take_one_byte_under_fp8() -> None:
     plain = block_cost(model, layout, 2).activation_bytes
     fp8 = block_cost(model, dataclasses.replace(layout, fp8_recipe="delayed"), 2).activation_bytes
     assert plain - fp8 == (2 - 1) * 32 * (16 + 32)  # T_e = 32 token copies; fc1 input h, fc2 input 32
+
+
+def test_fp8_params_drop_the_weight_cast_and_keep_a_transpose_refill() -> None:
+    """Layout.fp8_params: the weights are Float8Tensors, so no per-step cast (read d, write 2) but the transpose
+    cache's refill, read 1 + write 1 per weight, still once per step (a 1/m share, one launch per weight over the
+    micro-batches); every activation cast is unchanged."""
+    layout = dataclasses.replace(BASE, fp8_recipe="delayed", zero=1, zero_impl="apex")
+    fp8w = dataclasses.replace(layout, fp8_params=True)
+    weights = fp8_weight_params(MODEL, layout, "mlp")
+    plain, got = fp8_traffic(MODEL, layout, "mlp"), fp8_traffic(MODEL, fp8w, "mlp")
+    assert plain.weight_fwd_bytes == 4 * weights // 4 and got.weight_fwd_bytes == 2 * weights // 4
+    assert got.fwd_bytes - got.weight_fwd_bytes == plain.fwd_bytes - plain.weight_fwd_bytes
+    assert got.bwd_bytes == plain.bwd_bytes and got.bwd_kernels == plain.bwd_kernels
+    assert got.weight_fwd_kernels == 1  # two transposes over four micro-batches, rounded up

@@ -196,3 +196,63 @@ def test_stage_and_block_granularity_predict_the_same_step_with_overlapped_grad_
     assert stage.exposed_comm_s["dp"] > 0
     assert stage.step_time_s == pytest.approx(block.step_time_s, rel=1e-6)
     assert stage.exposed_comm_s["dp"] == pytest.approx(block.exposed_comm_s["dp"], rel=1e-6)
+
+
+# Megatron-LM's delay_grad_reduce under the interleaved schedule (data_parallel.sync_after_chunk_backwards).
+WIDE = dataclasses.replace(TINY, name="wide-6l", num_layers=6, hidden_size=2048, num_heads=16, vocab_size=32000)
+"""Six layers of 50M parameters: a layer alone fills Megatron's 40M-parameter bucket, so the first pipeline rank's
+first chunk (embedding + one layer) holds several buckets."""
+MEGATRON_VPP = dict(dp=2, zero=1, pp=2, vpp=3, schedule="interleaved-1f1b", global_batch_size=8,
+                    bucket_policy="megatron")
+
+
+@pytest.mark.parametrize("pp_rank", [0, 1])
+def test_megatron_interleaved_starts_a_chunks_buckets_together_pp_rank_backwards_after_its_last(pp_rank: int) -> None:
+    """Megatron-LM f2e5db4 (delay_grad_reduce on by default): every bucket of model chunk c is started at once,
+    after the backward pp_rank iterations after the chunk's last backward, or after the rank's last backward;
+    no bucket starts inside a backward (the schedule keeps the hooks in no_sync)."""
+    from schedule_helpers import context
+
+    from simgrid.schedules.build import build_roles
+
+    ctx = context(model=WIDE, **MEGATRON_VPP)
+    role = build_roles(ctx)[pp_rank]
+    backwards = [s for s in role if s.action is not None and s.action.kind == "B"]
+    if pp_rank == 0:
+        assert len(ctx.buckets(ctx.stages_of(0)[0])) >= 2
+    for stage in ctx.stages_of(pp_rank):
+        last = max(i for i, s in enumerate(backwards) if s.action.stage == stage)
+        step = backwards[min(last + pp_rank, len(backwards) - 1)]
+        handles = [op.handle for op in step.ops if isinstance(op, Collective) and op.purpose == "zero-grad"]
+        assert [f"zero-grad:s{stage}:bucket{b.index}" for b in ctx.buckets(stage)] == [
+            h for h in handles if h.startswith(f"zero-grad:s{stage}:")]
+        computes = [i for i, op in enumerate(step.ops) if isinstance(op, Compute)]
+        starts = [i for i, op in enumerate(step.ops) if isinstance(op, Collective) and op.purpose == "zero-grad"]
+        assert min(starts) > max(computes)  # after the whole backward, not bucket by bucket inside it
+
+
+def test_megatron_without_interleaving_keeps_the_per_bucket_launch_inside_the_last_backward() -> None:
+    """Plain 1F1B's first pipeline rank and no pipelining run the last backward outside no_sync: each bucket
+    starts as its gradients complete, the first one before the rank's last backward op."""
+    for settings in (dict(dp=2, zero=1, pp=2, schedule="1f1b", global_batch_size=8, bucket_policy="megatron"),
+                     dict(dp=2, zero=1, global_batch_size=4, bucket_policy="megatron")):
+        ops = build_program(WIDE, Layout(**settings)).ranks[0]  # type: ignore[arg-type]
+        starts = [i for i, _ in _colls(ops, "zero-grad")]
+        assert len(starts) >= 2
+        last_backward = max(i for i, op in enumerate(ops) if isinstance(op, Compute) and op.kind == "B")
+        assert min(starts) < last_backward
+
+
+def test_megatron_interleaved_program_valid_and_every_bucket_synced_once() -> None:
+    """The delayed launch keeps each chunk's buckets exactly once per rank, each waited for before the optimizer."""
+    program = build_program(WIDE, Layout(**MEGATRON_VPP))  # type: ignore[arg-type]
+    from simgrid.ir.validate import validate_program
+
+    validate_program(program)
+    for rank in (0, 2):  # pipeline ranks 0 and 1 of data-parallel rank 0
+        ops = program.ranks[rank]
+        labels = [op.label for _, op in _colls(ops, "zero-grad")]
+        assert len(labels) == len(set(labels)) > 0
+        opt = _opt_index(ops)
+        waited = {op.handle for op in ops[:opt] if isinstance(op, Wait)}
+        assert {f"zero-grad:{label}" for label in labels} <= waited

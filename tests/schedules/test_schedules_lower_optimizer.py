@@ -12,6 +12,9 @@ from simgrid.layout.spec import Layout
 from simgrid.model import block_params_on_rank
 from simgrid.model.params import word_embedding_params
 from simgrid.schedules import build_program
+from simgrid.schedules.buckets import apex_padded_params, apex_state_bucket_params
+from simgrid.schedules.lower.context import LoweringContext
+from simgrid.schedules.lower.param_gather import fp8_shard_cast
 
 
 def _opt_ops(ops: tuple) -> list[Compute]:
@@ -140,3 +143,19 @@ def test_foreach_host_time_constant_follows_pr355_step_times() -> None:
 def test_foreach_on_plain_tensors_or_offloaded_is_not_host_bound(fields: dict[str, object]) -> None:
     """Only FSDP2's DTensors make the foreach step host-bound; an offloaded step runs on the host anyway."""
     assert _step(TINY, optimizer_impl="foreach", **fields).host_s == 0.0
+
+
+def test_fp8_params_cast_the_shard_to_one_byte_in_the_optimizer_step() -> None:
+    """Layout.fp8_params: the fp8 weights' copy back from the fp32 master is NeMo's cast_to_fp8 of the shard, so
+    it writes 1 byte instead of 2 per fp8 weight of the shard; one launch per fp8 state bucket plus the five
+    scale / amax bookkeeping launches."""
+    layout = Layout(dp=2, zero=1, zero_impl="apex", bucket_size_MB=0.01, fp8_recipe="delayed")
+    fp8w = Layout(dp=2, zero=1, zero_impl="apex", bucket_size_MB=0.01, fp8_recipe="delayed", fp8_params=True)
+    (plain,) = _opt_ops(build_program(TINY, layout).ranks[0])
+    (got,) = _opt_ops(build_program(TINY, fp8w).ranks[0])
+    layer = 64 * (3 * 64 + 64) + 64 * (256 + 256)  # tiny-gpt's four TE weights of one layer
+    assert got.hbm_bytes == plain.hbm_bytes - 4 * layer // 2 * (2 - 1)
+    per_layer = apex_padded_params(layer, fp8w) // apex_state_bucket_params(fp8w)
+    assert plain.kernels == 1 and got.kernels == 1 + 4 * per_layer + 5
+    ctx = LoweringContext(model=TINY, layout=fp8w, granularity="block")
+    assert fp8_shard_cast(ctx, 0) == (4 * layer // 2, 4 * per_layer)

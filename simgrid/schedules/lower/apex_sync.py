@@ -46,6 +46,7 @@ from simgrid.schedules.lower.context import LoweringContext, Role, Step
 from simgrid.schedules.lower.data_parallel import (
     add_overlapped_grad_sync,
     bucket_collective,
+    sync_after_chunk_backwards,
     sync_during_last_backward,
 )
 from simgrid.schedules.lower.param_gather import add_overlapped_param_gather, gather_collective, gathers_overlapped
@@ -89,15 +90,7 @@ def add_apex_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     else:
         # 1F1B ranks > 0: one grad_sync_func after the cool-down. Interleaved: per chunk, pp_rank backward
         # iterations after the chunk's last one (or after the loop).
-        launch: dict[int, list[Op]] = {}
-        for stage in ctx.stages_of(pp_rank):
-            last = max(i for i, s in enumerate(backwards) if s.action is not None and s.action.stage == stage)
-            at = len(backwards) - 1 if lay.vpp == 1 else min(last + pp_rank, len(backwards) - 1)
-            launch.setdefault(at, []).extend(
-                bucket_collective(ctx, pp_rank, stage, bucket) for bucket in ctx.buckets(stage)
-                if deferred is None or (stage, bucket) != deferred)
-        for at, ops in launch.items():
-            backwards[at].ops = [*backwards[at].ops, *ops]
+        sync_after_chunk_backwards(ctx, role, pp_rank, skip=deferred)
     if deferred is not None:  # the optimizer's grad_sync() (distributed_fused_adam.py step, line 2251)
         backwards[-1].ops = [*backwards[-1].ops, bucket_collective(ctx, pp_rank, *deferred)]
     return role

@@ -10,6 +10,18 @@
   (:mod:`simgrid.schedules.lower.optimizer`).
 * ZeRO-1: a REDUCE_SCATTER per bucket at the same place (each rank keeps the reduced shard it updates);
   like Megatron's distributed optimizer with overlapped grad reduce.
+* Megatron-LM under the interleaved schedule (``bucket_policy = "megatron"``, ``schedule =
+  "interleaved-1f1b"``): ``--delay-grad-reduce`` is on unless ``--no-delay-grad-reduce`` (Megatron-LM f2e5db4,
+  megatron/training/arguments.py lines 1422-1424), so training.py (lines 1001-1004) hands the schedule one
+  ``grad_sync_func`` per model chunk (``DistributedDataParallel.start_grad_sync``: every bucket of the chunk).
+  The schedule then keeps every backward inside ``no_sync`` (the hooks only accumulate: the per-bucket launch
+  of lines 731-733 is taken only without ``grad_sync_func``) and, after the backward ``pipeline_rank``
+  iterations after a chunk's last one, starts that chunk's buckets all at once (core/pipeline_parallel/
+  schedules.py lines 750-759; "we launch asynchronous communication at the same time across the
+  pipeline-parallel group"); the chunks still unsynced start after the cool-down, in chunk order (lines
+  1073-1079). :func:`sync_after_chunk_backwards` places them so. Without pipelining and under plain 1F1B the
+  per-bucket launch above stands (ranks > 0 hold one bucket per chunk, launched after their last backward
+  either way: lines 1416-1417, 1455-1459).
 * At ``stage`` granularity one op stands for a whole stage's backward, which would hold every bucket back
   until the backward ends. The last backward of each stage is therefore cut at bucket boundaries
   (:func:`split_at_buckets`), its recompute and backward pieces interleaved in backward order as Megatron
@@ -133,8 +145,35 @@ def add_overlapped_grad_sync(ctx: LoweringContext, role: Role, pp_rank: int) -> 
             for bucket in ctx.buckets(stage)
         ]
         return role
-    sync_during_last_backward(ctx, role, pp_rank)
+    if megatron_delays_grad_reduce(ctx):
+        sync_after_chunk_backwards(ctx, role, pp_rank)
+    else:
+        sync_during_last_backward(ctx, role, pp_rank)
     return role
+
+
+def megatron_delays_grad_reduce(ctx: LoweringContext) -> bool:
+    """True when Megatron-LM's default ``delay_grad_reduce`` decides where the gradient collectives start: its
+    DDP's buckets (``bucket_policy = "megatron"``) under its interleaved schedule (module docstring)."""
+    return ctx.layout.bucket_policy == "megatron" and ctx.layout.schedule == "interleaved-1f1b"
+
+
+def sync_after_chunk_backwards(ctx: LoweringContext, role: Role, pp_rank: int,
+                               skip: tuple[int, Bucket] | None = None) -> None:
+    """Every bucket of a model chunk at once, after the backward ``pp_rank`` iterations after the chunk's last
+    backward, or after the rank's last backward if the schedule has ended by then (Megatron-Core's interleaved
+    ``grad_sync_func`` launch, schedules.py lines 750-759 and 1073-1079 at Megatron-LM f2e5db4 and 338af514).
+    Under plain 1F1B a rank has one chunk, whose last backward ends the role: it starts there. ``skip``, a
+    ``(stage, bucket)``, is issued elsewhere."""
+    backwards = [s for s in role if s.action is not None and s.action.kind in ("B", "W")]
+    launch: dict[int, list[Op]] = defaultdict(list)
+    for stage in ctx.stages_of(pp_rank):
+        last = max(i for i, s in enumerate(backwards) if s.action is not None and s.action.stage == stage)
+        launch[min(last + pp_rank, len(backwards) - 1)].extend(
+            bucket_collective(ctx, pp_rank, stage, bucket) for bucket in ctx.buckets(stage)
+            if skip != (stage, bucket))
+    for at, ops in launch.items():
+        backwards[at].ops = [*backwards[at].ops, *ops]
 
 
 def sync_during_last_backward(ctx: LoweringContext, role: Role, pp_rank: int,

@@ -33,7 +33,13 @@ from simgrid.layout.mesh import Mesh
 from simgrid.layout.spec import FP32_BYTES, Layout
 from simgrid.schedules.lower.context import LoweringContext, Role
 from simgrid.schedules.lower.moe import expert_param_sync
-from simgrid.schedules.lower.param_gather import bucket_param_bytes, gather_collective, gathers_overlapped
+from simgrid.schedules.lower.param_gather import (
+    FP8_PARAM_BYTES,
+    bucket_param_bytes,
+    fp8_shard_cast,
+    gather_collective,
+    gathers_overlapped,
+)
 from simgrid.schedules.lower.tensor_parallel import sp_grad_sync
 
 OPTIMIZER_FLOPS_PER_PARAM: dict[str, int] = {
@@ -185,6 +191,13 @@ def _embed_sync(ctx: LoweringContext, pp_rank: int) -> list[Op]:
                        label="embed-grad"), Wait(handle=handle)]
 
 
+FP8_PARAM_BOOKKEEPING_KERNELS = 5
+"""Launches of NeMo's fp8-weight bookkeeping after the last bucket's cast (``_check_params_shard_dtypes``,
+nemo/core/optim/distributed_adam.py lines 616-664 at b2eccd2): pack the scales, reciprocal, unpack into the
+scale-inverses, pack the amaxes, unpack them after their all-reduce (that MAX all-reduce of 4 bytes per fp8
+weight over the data-parallel group is latency-bound and not priced)."""
+
+
 def optimizer_traffic_bytes_per_param(layout: Layout) -> int:
     """Memory traffic of one optimizer step per updated parameter, bytes.
 
@@ -230,6 +243,14 @@ def _optimizer_ops(ctx: LoweringContext, pp_rank: int) -> list[Op]:
         params = (math.ceil((sum(ctx.cost(b).param_count for b in blocks) - experts) / shard)
                   + math.ceil(experts / expert_shard))
         traffic = params * optimizer_traffic_bytes_per_param(lay)
+        kernels = 1
+        if lay.fp8_params:
+            # The fp8 weights' copy back from the fp32 master is NeMo's cast_to_fp8 of the shard (read 4, write 1
+            # byte instead of the 16-bit width), launched per state bucket; then the scale-inverse refresh and the
+            # amax reduction's packing copies (distributed_adam.py lines 616-664 at b2eccd2) once per step.
+            fp8_shard, launches = fp8_shard_cast(ctx, stage)
+            traffic -= fp8_shard * (per.weights - FP8_PARAM_BYTES)
+            kernels += launches + (FP8_PARAM_BOOKKEEPING_KERNELS if stage == ctx.stages_of(pp_rank)[0] else 0)
         host_s = 0.0
         if lay.optimizer_impl == "foreach" and not lay.offload_optimizer:
             if lay.optimizer == "adam":  # other optimizers' foreach passes are not counted
@@ -239,7 +260,7 @@ def _optimizer_ops(ctx: LoweringContext, pp_rank: int) -> list[Op]:
         steps.append(Compute(kind="OPT", stage=-1, microbatch=-1, chunk=ctx.chunk_of(stage),
                              block_start=blocks.start, block_end=blocks.stop,
                              flops=float(params * OPTIMIZER_FLOPS_PER_PARAM[lay.optimizer]),
-                             hbm_bytes=float(traffic), kernels=1, device=device,  # type: ignore[arg-type]
+                             hbm_bytes=float(traffic), kernels=kernels, device=device,  # type: ignore[arg-type]
                              host_s=host_s))
         if lay.offload_optimizer:
             down, up = f"offload-grads:s{stage}", f"offload-params:s{stage}"

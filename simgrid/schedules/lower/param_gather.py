@@ -32,11 +32,13 @@ from typing import Final
 
 from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
-from simgrid.schedules.buckets import Bucket, apex_padded_params
+from simgrid.schedules.buckets import Bucket, apex_padded_params, apex_state_bucket_params
 from simgrid.schedules.lower.compute import cut_at
 from simgrid.schedules.lower.context import LoweringContext, Role, Step
 
 PURPOSE: Final = "zero-param"
+FP8_PARAM_BYTES: Final = 1
+"""Bytes per element of an fp8 weight in apex's parameter all-gather (``param_sync_dtype = torch.uint8``)."""
 
 
 def bucket_param_bytes(ctx: LoweringContext, bucket: Bucket) -> int:
@@ -48,12 +50,67 @@ def bucket_param_bytes(ctx: LoweringContext, bucket: Bucket) -> int:
     return params * ctx.layout.param_bytes
 
 
+def _fp8_weights(ctx: LoweringContext, bucket: Bucket) -> int:
+    """Parameters of a bucket that are Transformer Engine ``Float8Tensor`` weights under ``Layout.fp8_params``: the
+    dense sub-blocks' TE linears (a MoE sub-block's weights are counted 16-bit: GroupedLinear's fp8 weights are not
+    modelled)."""
+    from simgrid.model.blocks import block_kind
+    from simgrid.model.fp8_kernels import fp8_weight_params
+    from simgrid.model.moe import is_moe_block
+
+    model = ctx.model
+    return sum(fp8_weight_params(model, ctx.layout, block_kind(model, b)[0]) for b in bucket.blocks
+               if not is_moe_block(model, b))
+
+
+def _dense_params(ctx: LoweringContext, bucket: Bucket) -> int:
+    return sum(ctx.cost(b).param_count - ctx.cost(b).expert_param_count for b in bucket.blocks)
+
+
+def fp8_param_gather_bytes(ctx: LoweringContext, pp_rank: int, stage: int, bucket: Bucket) -> int:
+    """Bytes one rank gathers of a bucket under ``Layout.fp8_params`` (NeMo v2.0.0.rc0.beta, b2eccd2).
+
+    NeMo keeps only a layer's ``Float8Tensor`` weights in its bucket and puts every other parameter of the rank
+    (norms, biases, embedding, output layer) into the rank's first-layer bucket (megatron_gpt_model.py
+    ``make_parameter_bucket``, lines 552-558, and ``buckets[-1].extend``, lines 577-579);
+    ``MegatronDistributedFusedAdam.init_params_bucket`` gives a bucket's fp8 weights their own apex state buckets
+    with ``param_sync_dtype = torch.uint8`` and the rest state buckets of the 16-bit sync dtype
+    (nemo/core/optim/distributed_adam.py lines 240-293), each group padded to whole state buckets. A bucket
+    without fp8 weights is kept whole (line 556) and gathered as before."""
+    fp8 = _fp8_weights(ctx, bucket)
+    if not fp8:
+        return bucket_param_bytes(ctx, bucket)
+    lay = ctx.layout
+    gathered = apex_padded_params(fp8, lay) * FP8_PARAM_BYTES
+    first_stage = ctx.stages_of(pp_rank)[0]
+    if stage == first_stage and bucket.index == ctx.buckets(stage)[-1].index:
+        rest = sum(_dense_params(ctx, b) - _fp8_weights(ctx, b) for s in ctx.stages_of(pp_rank)
+                   for b in ctx.buckets(s) if _fp8_weights(ctx, b))
+        if rest:
+            gathered += apex_padded_params(rest, lay) * lay.param_bytes
+    return gathered
+
+
+def fp8_shard_cast(ctx: LoweringContext, stage: int) -> tuple[int, int]:
+    """(fp8 weights of ``stage`` in this rank's ZeRO shard, launches) of the optimizer's fp8 cast under
+    ``Layout.fp8_params``: after the Adam update, ``_check_params_shard_dtypes`` runs one ``cast_to_fp8`` per fp8
+    weight fragment in the rank's shard of every uint8 state bucket (nemo/core/optim/distributed_adam.py lines
+    577-614 at b2eccd2), counted here as one per state bucket (a shard slice holds one fragment but where a
+    weight ends inside it)."""
+    fp8_per_bucket = [_fp8_weights(ctx, b) for b in ctx.buckets(stage)]
+    size = apex_state_bucket_params(ctx.layout)
+    launches = sum(apex_padded_params(n, ctx.layout) // size for n in fp8_per_bucket)
+    return -(-sum(fp8_per_bucket) // ctx.layout.grad_sync_size), launches
+
+
 def gather_collective(ctx: LoweringContext, pp_rank: int, stage: int, bucket: Bucket) -> Collective:
-    """The ALL_GATHER of one bucket's updated parameters over the data-parallel group."""
+    """The ALL_GATHER of one bucket's updated parameters over the data-parallel group (fp8 weights as uint8
+    under ``Layout.fp8_params``, :func:`fp8_param_gather_bytes`)."""
     label = f"s{stage}:bucket{bucket.index}"
+    size = (fp8_param_gather_bytes(ctx, pp_rank, stage, bucket) if ctx.layout.fp8_params
+            else bucket_param_bytes(ctx, bucket))
     return Collective(kind="all_gather", group=Mesh.dp_group_name(ctx.coord(pp_rank)),
-                      bytes=bucket_param_bytes(ctx, bucket), purpose=PURPOSE, handle=f"{PURPOSE}:{label}",
-                      label=label)
+                      bytes=size, purpose=PURPOSE, handle=f"{PURPOSE}:{label}", label=label)
 
 
 def gathers_overlapped(ctx: LoweringContext) -> bool:
