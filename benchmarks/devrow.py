@@ -125,6 +125,10 @@ class DevRow:
     tp_async_grad_comm: bool = False
     """``Layout.tp_async_grad_comm``: the backward's tensor-parallel collectives issued asynchronously beside the
     weight-gradient GEMM (Transformer Engine's ``async_op=True`` path when userbuffers overlap is off)."""
+    p2p_order: str = "witness"
+    """``Layout.p2p_order``: ``megatron-core`` where the run used Megatron-Core's interleaved schedule with
+    ``overlap_p2p_comm`` on (pipeline transfers posted and waited where that code does), ``witness`` else (and for
+    the 2021/2022 Megatron-LM rows, whose p2p was batched and synchronised)."""
     grad_accumulation_fusion: bool | None = None
     """``Layout.grad_accumulation_fusion`` (``None``: on for Megatron-Core rows, ``zero_impl = "megatron"``, off
     else)."""

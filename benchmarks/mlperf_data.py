@@ -113,6 +113,10 @@ def mlperf_row(system: str, nodes: int, gbs: int, ga: int, config: str, run_medi
         global_batch=gbs,
         sequence_parallel=True, tp_comm_overlap=True, overlap_param_gather=True, reduce_dtype="param",
         bucket_size_MB=bucket_size_MB, grad_accumulation_fusion=True, attention_kernel=attention_kernel,
+        # overlap_p2p_comm defaults True, batch_p2p_comm False in the round's conf/custom.yaml (v3.1 lines 76-77,
+        # v4.0 78-79, v4.1 eos_n32/n64 79-80) and no config script sets OVERLAP_P2P_COMM; the interleaved schedule's
+        # overlapped path is the same at Megatron-LM df72712, 3c0f3ef and dd18205 as at 338af514
+        p2p_order="megatron-core" if vpp > 1 else "witness",
         fp8_recipe="delayed", fp8_params=fp8_params, metric="tokens_per_s_per_gpu", published=tps,
         # the logs print step times; the tokens/s/GPU figure is derived from them (conversion)
         published_text=f"{tps:.1f} tokens/s/GPU (derived: median {timing} {step_s:.4f} s, runs "

@@ -136,6 +136,8 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
         # 271-277 at f2e5db4, 'non-interleaved schedule does not support overlapping p2p communication'), so
         # the pp > 1 rows ran the interleaved schedule; its depth is not stated (least_interleaving).
         vpp=least_interleaving(_MEGATRON_H100_LAYERS[model], pp),
+        # the same flag's overlapped posting (schedules.py lines 834-968 at f2e5db4)
+        p2p_order="megatron-core" if pp > 1 else "witness",
         micro_batch=1, global_batch=gbs, sequence_parallel=tp > 1, tp_comm_overlap=tp > 1,
         overlap_param_gather=True,
         # fp16, as every GPT training script in the repository at the table's commit passes (see A1). Megatron-LM

@@ -63,6 +63,8 @@ def _optional_layout_settings(row: DevRow) -> dict[str, Any]:
         extra["fp8_params"] = True
     if row.bucket_size_MB is not None:
         extra["bucket_size_MB"] = row.bucket_size_MB
+    if row.p2p_order != "witness":
+        extra["p2p_order"] = row.p2p_order
     return extra
 
 

@@ -101,6 +101,10 @@ def _nemo_2407_row(suffix: str, model: str, seq: int, gpus: int, gbs: int, mbs: 
         # input with async_op=True and reduce-scatters dgrad with async_op=True beside the wgrad GEMM
         # (module/layernorm_linear.py lines 444 and 564-565, layernorm_mlp.py 630 and 919-920, linear.py 425, 512-513)
         tp_async_grad_comm=tp > 1 and not ub,
+        # every pipelined row's launcher config sets overlap_p2p_comm true, batch_p2p_comm false (gpt3/175b.yaml lines
+        # 108-109, llama2_13b.yaml 137-138, llama2_70b.yaml 140-141, llama3_70b.yaml 138-139), which NeMo r2.0.0rc1
+        # hands to Megatron-Core's ModelParallelConfig (megatron_base_model.py lines 1174-1177)
+        p2p_order="megatron-core" if vp > 1 else "witness",
         fp8_recipe="delayed", metric="tokens_per_s_per_gpu", published=tps,
         published_text=f"{tps:.0f} Tokens/sec/GPU ({tflops} model TFLOP/s/GPU)", conversion="as published",
         recipe=f"FP8 pre-training on {gpus} H100, GBS {gbs}, MBS {mbs}, seq {seq}, TP {tp}, PP {pp}, CP {cp}, "

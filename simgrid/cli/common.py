@@ -171,6 +171,12 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
                        help="Megatron-Core --overlap-param-gather: ZeRO-1 all-gathers the updated parameters bucket "
                             "by bucket during the next step's forward instead of after the optimizer step "
                             "(needs --zero 1)")
+        g.add_argument("--p2p-order", default="witness", metavar="{witness,megatron-core,megatron-batched}",
+                       help="where pipeline sends/receives are posted: witness (each peer pair in unit-time "
+                            "producer order, receives as early as that allows; default), megatron-core "
+                            "(Megatron-Core's overlapped p2p of the interleaved schedule; needs "
+                            "--schedule interleaved-1f1b) or megatron-batched (Megatron-LM's batched p2p, each "
+                            "call waited for at once; --schedule 1f1b or interleaved-1f1b)")
     g.add_argument("--attention-kernel", choices=("auto", "fa2", "fa3"), default="auto",
                    help="fused-attention kernel priced with --flash-attention: fa2, fa3 or auto (the GPU's default)")
     g.add_argument("--kernel-fusion", choices=("fused", "eager", "eager-fused-norm"), default="fused",
@@ -388,6 +394,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         optimizer_impl=getattr(args, "optimizer_impl", "fused"),
         checkpoint_impl=getattr(args, "checkpoint_impl", "reentrant"),
         fp8_recipe=getattr(args, "fp8_recipe", "none"), fp8_params=getattr(args, "fp8_params", False),
+        p2p_order=getattr(args, "p2p_order", "witness"),
     )
     if order is None:
         return Layout(**fields)

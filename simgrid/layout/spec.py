@@ -32,6 +32,7 @@ OptimizerImpl = Literal["fused", "foreach"]
 TPImpl = Literal["megatron", "dtensor"]
 CheckpointImpl = Literal["reentrant", "non-reentrant", "non-reentrant-modules"]
 FP8Recipe = Literal["none", "delayed", "current"]
+P2POrder = Literal["witness", "megatron-core", "megatron-batched"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
@@ -48,6 +49,7 @@ OPTIMIZER_IMPLS: tuple[str, ...] = get_args(OptimizerImpl)
 TP_IMPLS: tuple[str, ...] = get_args(TPImpl)
 CHECKPOINT_IMPLS: tuple[str, ...] = get_args(CheckpointImpl)
 FP8_RECIPES: tuple[str, ...] = get_args(FP8Recipe)
+P2P_ORDERS: tuple[str, ...] = get_args(P2POrder)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need
 #: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
@@ -207,6 +209,18 @@ class Layout:
     all-gathers those weights as uint8, 1 byte per element (docs/design.md, "fp8 parameters (session 15)").
     Needs ``fp8_recipe = "delayed"`` and ``zero_impl = "apex"`` (the implementation read)."""
 
+    p2p_order: P2POrder = "witness"
+    """Where each pipeline rank posts its SENDs and RECVs (:mod:`simgrid.schedules.lower.p2p`): ``witness`` orders
+    each peer pair's transfers by producer finish time in a unit-time run and posts each RECV as early as that
+    order allows; ``megatron-core`` posts them where Megatron-Core's interleaved schedule with
+    ``overlap_p2p_comm`` (its default there) does: the RECV for the next forward right after each forward, the
+    one for the next backward right after each backward, each waited for before the next forward / backward,
+    and a non-overlapped cool-down; with m = pp every forward runs before the first backward, as Megatron-Core
+    does (:mod:`simgrid.schedules.lower.p2p_megatron`). Needs schedule ``interleaved-1f1b`` with m a multiple
+    of pp. ``megatron-batched`` is Megatron-LM's path without that overlap (Megatron-Core's 1F1B, and Megatron-LM
+    2021/2022): each schedule call's sends and receives are one batch, waited for at once
+    (:mod:`simgrid.schedules.lower.p2p_batched`); needs ``1f1b``, or ``interleaved-1f1b`` with m a multiple of pp."""
+
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
             _positive_int(field, getattr(self, field))
@@ -231,6 +245,7 @@ class Layout:
         _choice("tp_impl", self.tp_impl, TP_IMPLS)
         _choice("checkpoint_impl", self.checkpoint_impl, CHECKPOINT_IMPLS)
         _choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
+        _choice("p2p_order", self.p2p_order, P2P_ORDERS)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
                      "tp_comm_overlap", "overlap_param_gather", "tp_async_grad_comm", "grad_accumulation_fusion",
                      "fp8_params"):
@@ -326,6 +341,21 @@ class Layout:
             raise LayoutError(
                 f"layout: {problem} (m = global batch {self.gbs} / (micro-batch {self.micro_batch_size} * "
                 f"dp {self.dp}))" if "micro-batch" in problem else f"layout: {problem}"
+            )
+        if self.p2p_order == "megatron-batched" and (self.schedule not in ("1f1b", "interleaved-1f1b")
+                                                     or (self.schedule == "interleaved-1f1b" and m % self.pp)):
+            raise LayoutError(
+                f"layout: p2p_order 'megatron-batched' is Megatron-LM's batched, synchronised p2p of its 1F1B and "
+                f"interleaved schedules, which needs schedule '1f1b', or 'interleaved-1f1b' with m a multiple of pp "
+                f"(schedule = {self.schedule!r}, pp = {self.pp}, m = {m}); use p2p_order 'witness' or change the layout"
+            )
+        if self.p2p_order == "megatron-core" and (self.schedule != "interleaved-1f1b" or m % self.pp):
+            # Megatron-LM 338af514 arguments.py lines 271-277 turn overlap_p2p_comm off without interleaving;
+            # schedules.py lines 566-570 need pp | m.
+            raise LayoutError(
+                f"layout: p2p_order 'megatron-core' is Megatron-Core's overlapped p2p of its interleaved schedule, "
+                f"which needs schedule 'interleaved-1f1b' with m a multiple of pp (schedule = "
+                f"{self.schedule!r}, pp = {self.pp}, m = {m}); use p2p_order 'witness' or change the layout"
             )
         if self.flash_attention and self.recompute == "selective":
             raise LayoutError(

@@ -1,7 +1,9 @@
 """The pipeline schedules torch has and the first executor tests did not cover, run for real on gloo.
 
 Interleaved 1F1B with a micro-batch count that is not a multiple of pp (torch's flexible rounds, as
-Llama 3 trained), interleaved zero bubble (vpp >= 2), looped BFS, DualPipeV (its OVERLAP_F_B units run
+Llama 3 trained), interleaved 1F1B with Megatron-Core's p2p posting (``p2p_order = "megatron-core"``), 1F1B and interleaved 1F1B
+with Megatron-LM's batched p2p (``"megatron-batched"``),
+interleaved zero bubble (vpp >= 2), looped BFS, DualPipeV (its OVERLAP_F_B units run
 as forward then full backward, as torch's runtime does) and an order imported from a torch CSV: one
 step of each, on 2 and 4 ranks, must give the single-process reference's loss and updated weights.
 """
@@ -42,9 +44,21 @@ TWO_RANK: dict[str, tuple[ModelSpec, Layout]] = {
     "interleaved-zb": (TINY, Layout(pp=2, vpp=2, schedule="interleaved-zb", global_batch_size=4, **SGD)),
     "looped-bfs": (TINY, Layout(pp=2, vpp=2, schedule="looped-bfs", global_batch_size=3, **SGD)),
     "dualpipev": (TINY, Layout(pp=2, vpp=2, schedule="dualpipev", global_batch_size=5, **SGD)),
+    # Megatron-Core's overlapped p2p posting (p2p_order "megatron-core"); m = pp runs every forward first
+    "interleaved-1f1b-megatron-core-m4": (TINY, Layout(pp=2, vpp=2, schedule="interleaved-1f1b", global_batch_size=4,
+                                                       p2p_order="megatron-core", **SGD)),
+    "interleaved-1f1b-megatron-core-m2": (TINY, Layout(pp=2, vpp=2, schedule="interleaved-1f1b", global_batch_size=2,
+                                                       p2p_order="megatron-core", **SGD)),
+    "1f1b-megatron-batched": (TINY, Layout(pp=2, schedule="1f1b", global_batch_size=3, p2p_order="megatron-batched",
+                                           **SGD)),
 }
 FOUR_RANK: dict[str, tuple[ModelSpec, Layout]] = {
     "pp4-interleaved-1f1b-m6": (EIGHT, Layout(pp=4, vpp=2, schedule="interleaved-1f1b", global_batch_size=6, **SGD)),
+    "pp4-interleaved-1f1b-megatron-core-m8": (EIGHT, Layout(pp=4, vpp=2, schedule="interleaved-1f1b",
+                                                            global_batch_size=8, p2p_order="megatron-core", **SGD)),
+    "pp4-interleaved-1f1b-megatron-batched-m8": (EIGHT, Layout(pp=4, vpp=2, schedule="interleaved-1f1b",
+                                                               global_batch_size=8, p2p_order="megatron-batched",
+                                                               **SGD)),
     "pp4-dualpipev": (EIGHT, Layout(pp=4, vpp=2, schedule="dualpipev", global_batch_size=8, **SGD)),
     "dp2xpp2-interleaved-zb": (TINY, Layout(dp=2, pp=2, vpp=2, schedule="interleaved-zb", global_batch_size=8,
                                             **SGD)),

@@ -26,6 +26,7 @@ from simgrid.layout.mesh import Mesh, RankCoord
 from simgrid.layout.spec import Layout
 from simgrid.model.spec import ModelSpec
 from simgrid.schedules.buckets import Bucket, grad_buckets
+from simgrid.schedules.lower.p2p_megatron import megatron_actions
 from simgrid.schedules.pipeline import (
     PipelineOrder,
     flatten_order,
@@ -104,6 +105,9 @@ class LoweringContext:
         """Compute-only pipeline order, per pipeline rank."""
         lay = self.layout
         order = self.imported_order
+        if order is None and lay.p2p_order != "witness" and lay.schedule == "interleaved-1f1b":  # Megatron's own
+            # interleaved order (it differs from torch's when m = pp)
+            order = megatron_actions(lay.pp, lay.vpp, self.num_microbatches)
         if order is None:
             order = pipeline_order(self.schedule, lay.pp, self.num_microbatches, lay.vpp)
         # OVERLAP_F_B units run their two computations back to back (torch's runtime default), each its own step.

@@ -18,6 +18,11 @@ micro-batch, the same on both ends). Then, on each rank:
 Because every transfer can happen at its time in the witness run, and the op dependencies admit no
 choice, the program finishes under any durations (checked by the IR dry run in the tests).
 Stages on the same pipeline rank (the tip of the V in ZBV) hand tensors over locally, without ops.
+
+That is ``Layout.p2p_order = "witness"``. With ``"megatron-core"`` (interleaved 1F1B only) each rank
+instead issues its transfers, and waits for them, where Megatron-Core's interleaved schedule with
+``overlap_p2p_comm`` does (:mod:`simgrid.schedules.lower.p2p_megatron`); a peer pair's link order is then
+that issue order, the same on both ends (checked there), and the dry run checks that it finishes.
 """
 
 from __future__ import annotations
@@ -28,6 +33,9 @@ from dataclasses import dataclass
 from simgrid.errors import ScheduleError
 from simgrid.ir.ops import Alloc, Free, Op, P2PKey, Recv, Send, Wait
 from simgrid.schedules.lower.context import LoweringContext, Role
+from simgrid.schedules.lower.p2p_batched import batched_calls
+from simgrid.schedules.lower.p2p_megatron import match_calls, megatron_calls, megatron_order
+from simgrid.schedules.pipeline import pipeline_order
 from simgrid.schedules.unit_time import DEFAULT_DURATIONS, simulate_unit_time
 
 
@@ -91,25 +99,27 @@ def _handle(prefix: str, key: P2PKey) -> str:
     return f"{prefix}{key.direction}:s{key.src_stage}-s{key.dst_stage}:m{key.microbatch}"
 
 
-def add_pipeline_p2p(ctx: LoweringContext, roles: list[Role]) -> list[Role]:
-    """Insert SEND/RECV/WAIT (and receive-buffer ALLOC/FREE) into every pipeline rank's role."""
-    if ctx.layout.pp == 1:
-        return roles
-    size = ctx.p2p_bytes
-    peer = [ctx.canonical_rank(r) for r in range(ctx.layout.pp)]
-    tails: list[dict[int, list[Op]]] = [defaultdict(list) for _ in roles]
-    heads: list[dict[int, list[Op]]] = [defaultdict(list) for _ in roles]
-    ends: list[dict[int, list[Op]]] = [defaultdict(list) for _ in roles]
-    send_waits: list[list[Op]] = [[] for _ in roles]
+@dataclass
+class _Placement:
+    """Per pipeline rank, the p2p ops to put before (``heads``), after (``ends``, buffer frees) and at the end
+    (``tails``, sends, receives and blocking waits) of each step, and the send waits left to the end."""
+
+    heads: list[dict[int, list[Op]]]
+    ends: list[dict[int, list[Op]]]
+    tails: list[dict[int, list[Op]]]
+    send_waits: list[list[Op]]
+
+
+def _witness_placement(ctx: LoweringContext, place: _Placement, peer: list[int], size: int) -> None:
     for (low, high), items in sorted(_link_order(pipeline_transfers(ctx)).items()):
         anchor = {low: 0, high: 0}
         for t in items:
             anchor[t.src_rank] = t.producer_step
             send = _handle("send", t.key)
-            tails[t.src_rank][t.producer_step].append(
+            place.tails[t.src_rank][t.producer_step].append(
                 Send(peer=peer[t.dst_rank], bytes=size, key=t.key, handle=send)
             )
-            send_waits[t.src_rank].append(Wait(handle=send))
+            place.send_waits[t.src_rank].append(Wait(handle=send))
             recv = _handle("recv", t.key)
             post = anchor[t.dst_rank]
             if post >= t.consumer_step:
@@ -117,14 +127,76 @@ def add_pipeline_p2p(ctx: LoweringContext, roles: list[Role]) -> list[Role]:
                     f"internal: RECV {recv} on pipeline rank {t.dst_rank} cannot be posted before step "
                     f"{t.consumer_step}"
                 )
-            tails[t.dst_rank][post] += [
+            place.tails[t.dst_rank][post] += [
                 Alloc(name=recv, bytes=size, category="comm"),
                 Recv(peer=peer[t.src_rank], bytes=size, key=t.key, handle=recv),
             ]
-            heads[t.dst_rank][t.consumer_step].append(Wait(handle=recv))
-            ends[t.dst_rank][t.consumer_step].append(Free(name=recv))
+            place.heads[t.dst_rank][t.consumer_step].append(Wait(handle=recv))
+            place.ends[t.dst_rank][t.consumer_step].append(Free(name=recv))
+
+
+def _megatron_placement(ctx: LoweringContext, place: _Placement, peer: list[int], size: int) -> None:
+    # Megatron's posting points and waits: overlapped (simgrid.schedules.lower.p2p_megatron) or batched and
+    # synchronised (simgrid.schedules.lower.p2p_batched).
+    lay = ctx.layout
+    interleaved = ctx.schedule == "interleaved-1f1b"
+    transfers = pipeline_transfers(ctx)
+    calls = []
+    for rank, row in enumerate(ctx.order):
+        steps: dict[str, list[int]] = {"F": [], "B": []}
+        for index, action in enumerate(row):
+            steps.setdefault(action.kind, []).append(index + 1)
+        if interleaved:
+            expected = megatron_order(lay.pp, lay.vpp, ctx.num_microbatches, rank)
+        else:
+            expected = [(a.stage, a.kind) for a in pipeline_order("1f1b", lay.pp, ctx.num_microbatches)[rank]]
+        if [(a.stage, a.kind) for a in row] != expected:
+            raise ScheduleError(
+                f"p2p_order {lay.p2p_order!r} posts transfers where Megatron's schedule does, but pipeline rank "
+                f"{rank}'s compute order is not that schedule's; use p2p_order 'witness'"
+            )
+        if lay.p2p_order == "megatron-batched":
+            calls.append(batched_calls(lay.pp, lay.vpp, ctx.num_microbatches, rank, steps["F"], steps["B"],
+                                       interleaved))
+        else:
+            calls.append(megatron_calls(lay.pp, lay.vpp, ctx.num_microbatches, rank, steps["F"], steps["B"]))
+    consumers = {t.key: t.consumer_step for t in transfers}
+    sent = {(t.src_rank, t.producer_step): t.key for t in transfers}
+    for rank, items in enumerate(match_calls(lay.pp, calls, sent, consumers)):
+        tails, pending = place.tails[rank], []
+        for index, p in enumerate(items):
+            handle = _handle(p.kind, p.key)
+            if p.kind == "send":
+                tails[p.call.step].append(Send(peer=peer[p.peer], bytes=size, key=p.key, handle=handle))
+            else:
+                tails[p.call.step] += [Alloc(name=handle, bytes=size, category="comm"),
+                                       Recv(peer=peer[p.peer], bytes=size, key=p.key, handle=handle)]
+                place.ends[rank][consumers[p.key]].append(Free(name=handle))
+            if p.call.blocking:  # waited right after the call's last op
+                pending.append(Wait(handle=handle))
+                if index + 1 == len(items) or items[index + 1].call is not p.call:
+                    tails[p.call.step] += pending
+                    pending = []
+            elif p.call.wait_step is not None:
+                place.heads[rank][p.call.wait_step].append(Wait(handle=handle))
+            else:  # the step's last forward send: Megatron never waits for it in the schedule
+                place.send_waits[rank].append(Wait(handle=handle))
+
+
+def add_pipeline_p2p(ctx: LoweringContext, roles: list[Role]) -> list[Role]:
+    """Insert SEND/RECV/WAIT (and receive-buffer ALLOC/FREE) into every pipeline rank's role."""
+    if ctx.layout.pp == 1:
+        return roles
+    size = ctx.p2p_bytes
+    peer = [ctx.canonical_rank(r) for r in range(ctx.layout.pp)]
+    place = _Placement(heads=[defaultdict(list) for _ in roles], ends=[defaultdict(list) for _ in roles],
+                       tails=[defaultdict(list) for _ in roles], send_waits=[[] for _ in roles])
+    if ctx.layout.p2p_order != "witness":
+        _megatron_placement(ctx, place, peer, size)
+    else:
+        _witness_placement(ctx, place, peer, size)
     for rank, role in enumerate(roles):
-        head, end, tail = heads[rank], ends[rank], tails[rank]
+        head, end, tail = place.heads[rank], place.ends[rank], place.tails[rank]
         for index, step in enumerate(role):
             # Most steps have no transfer: look up without the defaultdicts making empty lists, and
             # still give every step a fresh list, as the concatenation does.
@@ -133,5 +205,5 @@ def add_pipeline_p2p(ctx: LoweringContext, roles: list[Role]) -> list[Role]:
                 step.ops = step.ops[:]
             else:
                 step.ops = (first or []) + step.ops + (after or []) + (last or [])
-        role[-1].ops = send_waits[rank] + role[-1].ops
+        role[-1].ops = place.send_waits[rank] + role[-1].ops
     return roles
