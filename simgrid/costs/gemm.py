@@ -297,9 +297,10 @@ def gemms_time_s(gemms: tuple[tuple[int, int, int, int], ...], gpu: GPUSpec, *, 
     an ``accumulate_bytes``-wide buffer when that is > 0).
 
     ``streams > 1``: each GEMM runs while ``streams - 1`` equal ones run on other streams (Transformer Engine's
-    userbuffers chunk GEMMs, issued round-robin on up to 3 compute streams with no dependency between them:
+    userbuffers chunk GEMMs, issued round-robin on up to 3 compute streams:
     ``_stream_compute[i % _stream_compute.size()]`` in ``split_overlap_ag`` / ``split_overlap_rs``,
-    transformer_engine/pytorch/csrc/comm_gemm_overlap.h at v1.9). The block scheduler hands an SM freed by one
+    transformer_engine/pytorch/csrc/comm_gemm_overlap.h at v1.9; how many run together under one hardware queue
+    is the lowering's, :mod:`simgrid.schedules.lower.tp_overlap`). The block scheduler hands an SM freed by one
     kernel to a resident kernel of another stream (CUDA C++ Programming Guide, "Concurrent Kernel Execution"),
     so the kernels' thread blocks fill waves together: each is priced as its share of one GEMM with ``streams``
     times its rows (whose tiles are the union of theirs when the rows are whole tiles, as the 512- and 1024-row

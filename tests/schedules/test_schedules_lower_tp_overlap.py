@@ -271,21 +271,38 @@ def test_selective_op_backward_does_not_regather_what_the_recompute_gathered() -
 
 @pytest.mark.parametrize("tp", [2, 4])
 def test_chunk_gemms_run_on_te_streams_and_collectives_on_userbuffers(tp: int) -> None:
-    """TE issues the chunk GEMMs of a ring-exchange or pipelined GEMM round-robin on min(3, splits) streams
-    (comm_gemm_overlap.h ``_stream_compute``): ring chunks carry ``gemm_streams = min(3, tp)``, pipelined ones
-    ``min(3, 4)``; a bulk GEMM and the ops between stay alone (1). Every collective the pass issues is a
-    userbuffers kernel; the embedding's and head's plain collectives stay NCCL."""
+    """TE issues the chunk GEMMs round-robin on min(3, splits) streams (comm_gemm_overlap.h ``_stream_compute``);
+    under one hardware queue the ring-exchange chunks still run together (``gemm_streams = min(3, tp)``: only
+    the receive is waited for between them), while a 16-bit pipelined reduce-scatter's chunks run one at a time
+    (1: the reduce-scatter's wait for chunk i is issued before chunk i + 1); a bulk GEMM and the ops between stay
+    alone (1). Every collective the pass issues is a userbuffers kernel; the embedding's and head's plain
+    collectives stay NCCL."""
     ops = _role(tp=tp)
     tokens = TINY.seq_length
-    for kind, block in (("F", 1), ("B", 2)):
-        between = _between(ops, kind, block)
-        ring = [o for o in between if isinstance(o, Compute) and o.gemms and o.gemms[0][0] == tokens // tp]
-        assert ring and {o.gemm_streams for o in ring} == {min(UB_STREAMS, tp)}
-        assert all(o.kernel == "userbuffers" for o in between if isinstance(o, Collective))
     piped = [o for o in _between(ops, "F", 1) if isinstance(o, Compute) and o.gemms
              and o.gemms[0][0] == tokens // PIPELINE_SPLITS][-PIPELINE_SPLITS:]  # the projection's chunks
-    assert len(piped) == PIPELINE_SPLITS and {o.gemm_streams for o in piped} == {min(UB_STREAMS, PIPELINE_SPLITS)}
+    assert len(piped) == PIPELINE_SPLITS and {o.gemm_streams for o in piped} == {1}
+    for kind, block in (("F", 1), ("B", 2)):
+        between = _between(ops, kind, block)
+        ring = [o for o in between if isinstance(o, Compute) and o.gemms and o.gemms[0][0] == tokens // tp
+                and not any(o is p for p in piped)]
+        assert ring and {o.gemm_streams for o in ring} == {min(UB_STREAMS, tp)}
+        assert all(o.kernel == "userbuffers" for o in between if isinstance(o, Collective))
     bulk = [o for o in _between(ops, "B", 2) if isinstance(o, Compute)][-1]  # beside the bulk reduce-scatter
     assert bulk.gemm_streams == 1
     plain = _role(tp=tp, overlap=False)
     assert all(o.kernel == "nccl" for o in plain if isinstance(o, Collective))
+
+
+def test_fp8_pipelined_chunks_run_two_at_a_time() -> None:
+    """An fp8 pipelined reduce-scatter takes TE's ``gemm_overlap = True`` loop (``fp8_gemm``), which issues chunk
+    i + 1 before the wait for chunk i: two chunks in flight under one hardware queue; the fp8 ring-exchange chunks
+    keep min(3, tp), the same loop as in 16 bits."""
+    tp, tokens = 4, TINY.seq_length
+    between = _between(_role(tp=tp, fp8_recipe="delayed"), "F", 1)
+    piped = [o for o in between if isinstance(o, Compute) and o.fp8_gemms
+             and o.fp8_gemms[0][0] == tokens // PIPELINE_SPLITS][-PIPELINE_SPLITS:]
+    assert len(piped) == PIPELINE_SPLITS and {o.gemm_streams for o in piped} == {2}
+    ring = [o for o in between if isinstance(o, Compute) and o.fp8_gemms and o.fp8_gemms[0][0] == tokens // tp
+            and not any(o is p for p in piped)]
+    assert ring and {o.gemm_streams for o in ring} == {min(UB_STREAMS, tp)}

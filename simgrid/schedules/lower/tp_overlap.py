@@ -20,8 +20,9 @@ methods and their defaults are TE's ``initialize_ub`` (transformer_engine/pytorc
 
 In the IR each chunk is a :class:`~simgrid.ir.ops.Compute` op of its own (one GEMM of ``m / splits`` rows,
 priced by the GPU model at its own shape, so small chunks lose efficiency as they do on the GPU; TE issues the
-chunks round-robin on ``min(3, splits)`` compute streams with no dependency between them, so each carries
-``gemm_streams`` = that many and is priced as its share of the stacked GEMM: :data:`UB_STREAMS`), each
+chunks round-robin on ``min(3, splits)`` compute streams, and each carries ``gemm_streams`` = as many as the
+one hardware queue lets run together, priced as its share of the stacked GEMM: :data:`UB_STREAMS` for the
+ring exchange, :data:`PIPELINE_STREAMS` / :data:`PIPELINE_STREAMS_FP8` for the pipelined reduce-scatter), each
 ring step a ``ring_exchange`` :class:`~simgrid.ir.ops.Collective` and each pipelined piece a
 ``reduce_scatter`` of ``bytes / 4``, with WAITs where the next chunk needs the data. The engine then finds
 the overlap itself: comm on the group's stream concurrent with compute, compute slowed while comm is in
@@ -69,7 +70,21 @@ method in ``initialize_ub``'s ``get_default_config`` (transformer_engine/pytorch
 UB_STREAMS = 3
 """Compute streams TE's userbuffers issue the chunk GEMMs of one overlapped GEMM on, round-robin:
 ``min(num_max_streams, splits)`` with ``num_max_streams = _NUM_MAX_UB_STREAMS = 3`` (initialize_ub,
-transformer_engine/pytorch/module/base.py; ``_stream_compute`` in csrc/comm_gemm_overlap.h, v1.9)."""
+transformer_engine/pytorch/module/base.py; ``_stream_compute`` in csrc/comm_gemm_overlap.h, v1.9). Under
+``CUDA_DEVICE_MAX_CONNECTIONS=1`` (one hardware queue, which TE's userbuffers require: examples/pytorch/
+comm_gemm_overlap/README.md, v1.9) kernels start in issue order; in ``split_overlap_ag`` the only wait issued
+between chunk ``i`` and chunk ``i + 1`` is for ring step ``i``'s receive, so up to this many chunks run together
+(docs/design.md, "TE overlap chunk concurrency under one hardware queue (session 15)")."""
+PIPELINE_STREAMS = 1
+"""Chunk GEMMs of a 16-bit pipelined reduce-scatter in flight together under one hardware queue: the
+``gemm_overlap = False`` branch of ``split_overlap_rs`` (what ``cpp_extensions/gemm.py`` passes for ``gemm``)
+issues, after chunk ``i``, the comm stream's wait for chunk ``i``'s event and then its reduce-scatter, both before
+chunk ``i + 1``; in one in-order queue chunk ``i + 1`` starts only once chunk ``i`` has ended (comm_gemm_overlap.h
+lines 554-591 at v1.9, the same loop from v1.0 to v1.11)."""
+PIPELINE_STREAMS_FP8 = 2
+"""The same for an fp8 pipelined reduce-scatter: ``fp8_gemm`` passes ``gemm_overlap = True``, whose loop issues
+chunk ``i + 1`` before the wait for chunk ``i`` (lines 494-513 at v1.9), so chunk ``i + 1`` may run beside the end
+of chunk ``i``, and chunk ``i + 2`` waits for chunk ``i``: two in flight."""
 
 _OVERLAPPED = ("attn", "mlp")
 
@@ -133,15 +148,16 @@ class _Builder:
                                 accumulate_bytes=self.accumulate_bytes if acc or fp8_acc else 0, gemm_streams=streams,
                                 fp8_gemms=fp8_folded, fp8_accumulate_gemms=fp8_acc))
 
-    def gemm(self, gemm: Gemm, rows: int | None = None, *, weight: bool = False, splits: int = 1) -> None:
+    def gemm(self, gemm: Gemm, rows: int | None = None, *, weight: bool = False, splits: int = 1,
+             in_flight: int = UB_STREAMS) -> None:
         """One GEMM (``rows`` of its ``m``); ``weight``: a weight-gradient GEMM (accumulates into ``main_grad``
-        under gradient accumulation fusion); ``splits``: the chunks of its GEMM, which TE runs on
-        ``min(UB_STREAMS, splits)`` streams."""
+        under gradient accumulation fusion); ``splits``: the chunks of its GEMM, of which at most ``in_flight``
+        run together (``min(in_flight, splits)``)."""
         m, n, k, count = gemm
         rows = m if rows is None else rows
         one = ((rows, n, k, count),)
         self.compute(2.0 * rows * n * k * count, 0.0, count, () if weight else one, accumulate=one if weight else (),
-                     streams=min(UB_STREAMS, splits), fp8=(m, n, k) in self.fp8)
+                     streams=min(in_flight, splits), fp8=(m, n, k) in self.fp8)
 
     def issue(self, kind: str, nbytes: float) -> str:
         handle = f"{self.prefix}{self.serial}"
@@ -167,9 +183,10 @@ class _Builder:
     def pipelined_scatter(self, gemm: Gemm, nbytes: int) -> None:
         """A GEMM whose output is reduce-scattered in ``PIPELINE_SPLITS`` pieces, each after its chunk."""
         chunks = _split(gemm[0], PIPELINE_SPLITS)
+        in_flight = PIPELINE_STREAMS_FP8 if gemm[:3] in self.fp8 else PIPELINE_STREAMS
         handles = []
         for rows in chunks:
-            self.gemm(gemm, rows, splits=PIPELINE_SPLITS)
+            self.gemm(gemm, rows, splits=PIPELINE_SPLITS, in_flight=in_flight)
             handles.append(self.issue("reduce_scatter", nbytes * rows / gemm[0]))
         for handle in handles:
             self.wait(handle)
