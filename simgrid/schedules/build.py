@@ -54,8 +54,7 @@ from simgrid.schedules.lower.optimizer import (
 )
 from simgrid.schedules.lower.p2p import add_pipeline_p2p
 from simgrid.schedules.lower.tensor_parallel import add_context_parallel, add_tensor_parallel
-from simgrid.schedules.lower.tp_async import add_async_tensor_parallel
-from simgrid.schedules.lower.tp_overlap import add_overlapped_tensor_parallel
+from simgrid.schedules.lower.tp_async import add_async_tensor_parallel, add_te_overlapped_tensor_parallel
 from simgrid.schedules.lower.zero3 import add_zero3
 from simgrid.schedules.pipeline import PipelineOrder
 
@@ -87,7 +86,7 @@ def add_model_parallel_comm(ctx: LoweringContext, role: Role, pp_rank: int) -> R
         role = add_expert_parallel(ctx, role, pp_rank)
         if ctx.layout.tp_async_grad_comm:
             return add_async_tensor_parallel(ctx, role, pp_rank)
-        return add_overlapped_tensor_parallel(ctx, role, pp_rank)
+        return add_te_overlapped_tensor_parallel(ctx, role, pp_rank)  # the head as tp_async_grad_comm places it
     role = add_tensor_parallel(ctx, role, pp_rank)
     role = add_context_parallel(ctx, role, pp_rank)
     return add_expert_parallel(ctx, role, pp_rank)
