@@ -14,6 +14,8 @@ Passes, in order (each in :mod:`simgrid.schedules.lower`, each with its own test
    TP collectives, right next to their compute op, so ahead of the gradient syncs of step 5 and of
    :func:`~.moe.add_expert_grad_sync`, which syncs the routed experts' gradients over the expert
    data-parallel group and runs with step 5);
+   then :func:`~.grad_scaling.add_grad_scaling` - Megatron-Core DDP's ``1 / dp`` scaling kernel of each bucket
+   folded into the compute op before the bucket's collective;
 7. :func:`~.p2p.add_pipeline_p2p` - pipeline SEND/RECV placed deadlock-free (all pipeline ranks at once);
 8. :func:`~.optimizer.add_step_end` - grad-sync waits, sequence-parallel partial-gradient all-reduce
    (:func:`~.tensor_parallel.sp_grad_sync`), tied-embedding sync, optimizer (offload), param sync;
@@ -41,6 +43,7 @@ from simgrid.schedules.lower.apex_sync import add_apex_grad_sync, add_apex_param
 from simgrid.schedules.lower.compute import add_recompute, compute_steps
 from simgrid.schedules.lower.context import Granularity, LoweringContext, Role
 from simgrid.schedules.lower.data_parallel import add_zero2_grad_sync
+from simgrid.schedules.lower.grad_scaling import add_grad_scaling
 from simgrid.schedules.lower.instantiate import RoleInstantiator
 from simgrid.schedules.lower.moe import add_expert_grad_sync, add_expert_parallel
 from simgrid.schedules.lower.optimizer import (
@@ -51,8 +54,7 @@ from simgrid.schedules.lower.optimizer import (
 )
 from simgrid.schedules.lower.p2p import add_pipeline_p2p
 from simgrid.schedules.lower.tensor_parallel import add_context_parallel, add_tensor_parallel
-from simgrid.schedules.lower.tp_async import add_async_tensor_parallel
-from simgrid.schedules.lower.tp_overlap import add_overlapped_tensor_parallel
+from simgrid.schedules.lower.tp_async import add_async_tensor_parallel, add_te_overlapped_tensor_parallel
 from simgrid.schedules.lower.zero3 import add_zero3
 from simgrid.schedules.pipeline import PipelineOrder
 
@@ -71,7 +73,7 @@ def build_roles(ctx: LoweringContext) -> list[Role]:
         role = add_zero2_grad_sync(ctx, role, pp_rank)
         role = add_expert_grad_sync(ctx, role, pp_rank)
         role = add_apex_param_sync(ctx, role, pp_rank)  # add_overlapped_param_gather unless apex interleaved
-        roles.append(add_model_parallel_comm(ctx, role, pp_rank))
+        roles.append(add_grad_scaling(ctx, add_model_parallel_comm(ctx, role, pp_rank)))
     return add_pipeline_p2p(ctx, roles)
 
 
@@ -84,7 +86,7 @@ def add_model_parallel_comm(ctx: LoweringContext, role: Role, pp_rank: int) -> R
         role = add_expert_parallel(ctx, role, pp_rank)
         if ctx.layout.tp_async_grad_comm:
             return add_async_tensor_parallel(ctx, role, pp_rank)
-        return add_overlapped_tensor_parallel(ctx, role, pp_rank)
+        return add_te_overlapped_tensor_parallel(ctx, role, pp_rank)  # the head as tp_async_grad_comm places it
     role = add_tensor_parallel(ctx, role, pp_rank)
     role = add_context_parallel(ctx, role, pp_rank)
     return add_expert_parallel(ctx, role, pp_rank)

@@ -20,7 +20,8 @@ from simgrid.model.gemms import block_gemms
 from simgrid.schedules import build_program
 from simgrid.schedules.lower.compute import add_recompute, compute_steps
 from simgrid.schedules.lower.tensor_parallel import add_tensor_parallel
-from simgrid.schedules.lower.tp_async import add_async_tensor_parallel
+from simgrid.schedules.lower.tp_async import add_async_tensor_parallel, add_te_overlapped_tensor_parallel
+from simgrid.schedules.lower.tp_overlap import add_overlapped_tensor_parallel
 
 
 def _role(granularity: str = "block", asynchronous: bool = True, **layout: object) -> list[Op]:
@@ -162,3 +163,41 @@ def test_overlap_shortens_the_step_but_never_below_any_streams_busy_time(sp: boo
         busy[(row.rank, row.stream)] = busy.get((row.rank, row.stream), 0.0) + row.end_s - row.start_s
     assert any(stream != "compute" for _, stream in busy)
     assert max(busy.values()) <= asyn.metrics.step_time_s * (1 + 1e-9)
+
+
+def _te_role(granularity: str, te_head: bool) -> list[Op]:
+    ctx = context(granularity, tp=2, sequence_parallel=True, tp_comm_overlap=True)  # type: ignore[arg-type]
+    role = add_recompute(ctx, compute_steps(ctx, 0))
+    return flat((add_te_overlapped_tensor_parallel if te_head else add_overlapped_tensor_parallel)(ctx, role, 0))
+
+
+def test_te_overlap_runs_the_heads_backward_collectives_beside_its_gemms() -> None:
+    """Under tp_comm_overlap Megatron-Core's output layer (its own ColumnParallelLinear, layers.py lines 441-485 at
+    f2e5db4): the input re-gather flies over the input-gradient GEMM, the input-gradient reduce-scatter over the
+    weight-gradient GEMM; TE's layers and the embedding keep tp_overlap's ops."""
+    head = 2 * TINY.num_layers + 1
+    te, plain = _te_role("block", True), _te_role("block", False)
+    assert [_shape(o) for o in _between(plain, "B", head)] == ["all_gather", "Wait", "Compute", "reduce_scatter", "Wait"]
+    ops = _between(te, "B", head)
+    assert [_shape(o) for o in ops] == ["Compute", "all_gather", "Compute", "Wait", "reduce_scatter", "Compute", "Wait"]
+    gemms = block_gemms(TINY, Layout(tp=2, sequence_parallel=True), head)
+    assert ops[2].gemms == (gemms.bwd_input[-1],) and ops[5].gemms == (gemms.bwd_weight[-1],)  # type: ignore[union-attr]
+    whole = next(o for o in _between(plain, "B", head) if isinstance(o, Compute))
+    parts = [o for o in ops if isinstance(o, Compute)]
+    assert sum(o.flops for o in parts) == pytest.approx(whole.flops)
+    assert sum(o.hbm_bytes for o in parts) == pytest.approx(whole.hbm_bytes)
+    for block in range(head):
+        for kind in ("F", "B"):
+            assert _between(te, kind, block) == _between(plain, kind, block)
+    assert _between(te, "F", head) == _between(plain, "F", head)
+
+
+def test_te_overlap_head_at_stage_granularity_issues_the_scatter_before_the_weight_gradient() -> None:
+    """One B op for the whole stage: the head's part (run first in the backward) waits its reduce-scatter only
+    after the weight-gradient GEMM; the layers keep their userbuffers collectives."""
+    ops = [o for o in _te_role("stage", True) if not isinstance(o, Compute) or o.kind == "B"]
+    scatter = next(i for i, o in enumerate(ops) if isinstance(o, Collective) and o.kind == "reduce_scatter"
+                   and ":m0:B:" in o.handle)
+    wait = next(i for i, o in enumerate(ops) if isinstance(o, Wait) and o.handle == ops[scatter].handle)  # type: ignore[union-attr]
+    assert any(isinstance(o, Compute) for o in ops[scatter + 1: wait])
+    assert any(isinstance(o, Collective) and o.kernel == "userbuffers" for o in ops)

@@ -38,6 +38,14 @@ the input-gradient GEMM, its input-gradient collective is issued and waited at o
 keep their collectives as :mod:`.tensor_parallel` places them (the forward's all-reduce / reduce-scatter is
 synchronous in Megatron-LM). The embedding and MoE sub-blocks are not covered. Under ``tp == 1`` the field is a
 no-op, as in Megatron-LM (``... and world_size > 1``).
+
+Under ``tp_comm_overlap`` (:mod:`.tp_overlap`) Transformer Engine's userbuffers cover the transformer layers only;
+Megatron-Core's output layer stays its own ``ColumnParallelLinear`` (megatron/core/models/gpt/gpt_model.py line 118
+at Megatron-LM f2e5db4), whose backward is the same ``LinearWithGradAccumulationAndAsyncCommunication`` (core/
+tensor_parallel/layers.py lines 441-485: re-gather beside the input-gradient GEMM, ``async_op=True`` input-gradient
+all-reduce / reduce-scatter beside the weight-gradient GEMM; ``allreduce_dgrad = world_size > 1 and not
+sequence_parallel``, line 805). :func:`add_te_overlapped_tensor_parallel` therefore gives the head this module's
+placement and the layers :mod:`.tp_overlap`'s.
 """
 
 from __future__ import annotations
@@ -52,7 +60,7 @@ from simgrid.schedules.lower.tensor_parallel import (
     block_collectives,
     regathered_by_recompute,
 )
-from simgrid.schedules.lower.tp_overlap import _Builder, _flops, add_replaced_tensor_parallel
+from simgrid.schedules.lower.tp_overlap import _Builder, _flops, add_replaced_tensor_parallel, overlapped_ops
 
 _COVERED = ("attn", "mlp", "head")
 """Sub-blocks whose last linear in the backward is column-parallel (QKV, FC1, the vocabulary head)."""
@@ -152,3 +160,20 @@ def add_async_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) ->
     wraps them (the ops are built once per block range and stamped per micro-batch,
     :func:`.tp_overlap.add_replaced_tensor_parallel`)."""
     return add_replaced_tensor_parallel(ctx, role, pp_rank, async_ops)
+
+
+def te_overlapped_ops(ctx: LoweringContext, op: Compute, group: str) -> list[Op] | None:
+    """:func:`.tp_overlap.overlapped_ops` with the vocabulary head's backward collectives beside its GEMMs
+    (:func:`async_ops`; module docstring); an op that holds the head and no transformer layer gets
+    :func:`async_ops` alone."""
+    ops = overlapped_ops(ctx, op, group, head_ops=async_ops)
+    if ops is None and not any(block_kind(ctx.model, b)[0] in ("attn", "mlp")
+                               for b in range(op.block_start, op.block_end)):
+        return async_ops(ctx, op, group)
+    return ops
+
+
+def add_te_overlapped_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
+    """The tensor-parallel pass with ``tp_comm_overlap``: :func:`te_overlapped_ops` for every compute op that has
+    one, the others wrapped as :func:`.tensor_parallel.add_tensor_parallel` wraps them."""
+    return add_replaced_tensor_parallel(ctx, role, pp_rank, te_overlapped_ops)

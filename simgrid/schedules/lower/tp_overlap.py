@@ -32,7 +32,9 @@ steps by ``copy_engine_compute_slowdown``), and the first/last chunk exposed. No
 
 Only the attention and dense-MLP sub-blocks overlap: TE's userbuffers cover its own ``LayerNormLinear`` /
 ``Linear`` layers; the embedding and the vocabulary head are Megatron's own parallel layers, and MoE
-sub-blocks keep their expert all-to-alls, so their collectives stay as :mod:`.tensor_parallel` places them.
+sub-blocks keep their expert all-to-alls, so their collectives stay as :mod:`.tensor_parallel` places them, except
+the head's backward ones, which Megatron's column-parallel linear runs beside its GEMMs (``overlapped_ops``'s
+``head_ops`` builder: :func:`.tp_async.te_overlapped_ops`, which the build uses).
 At ``stage`` granularity an op's equal layers are folded: each chunk op and collective stands for the same
 chunk of every layer (``count`` = layers), which costs what the layers' own pipelines cost one after another.
 A W op (split weight gradient) has no collectives; an I op overlaps the gathers but its input-gradient
@@ -238,7 +240,11 @@ def _pipeline(ctx: LoweringContext, op: Compute, group: str, block: int, layers:
     return b.ops
 
 
-def overlapped_ops(ctx: LoweringContext, op: Compute, group: str) -> list[Op] | None:
+EdgeBuilder = Callable[[LoweringContext, Compute, str], list[Op] | None]
+"""Builds the ops of a non-overlapped edge (the vocabulary head) of a compute op, or None to wrap it as usual."""
+
+
+def overlapped_ops(ctx: LoweringContext, op: Compute, group: str, head_ops: EdgeBuilder | None = None) -> list[Op] | None:
     """``op`` with its tensor-parallel collectives overlapped TE's way, or None when ``op`` is not one that
     overlaps (W, selective recompute, a range that holds a MoE sub-block between transformer sub-blocks):
     the caller then wraps it as usual. Reads only ``op``'s kind, stage, micro-batch, chunk and block range
@@ -265,8 +271,11 @@ def overlapped_ops(ctx: LoweringContext, op: Compute, group: str) -> list[Op] | 
     segments += [_pipeline(ctx, op, group, members[0], len(members)) for members in by_kind.values()]
     if inner[-1] + 1 < op.block_end:  # the vocabulary head after the layers
         tail = compute_op(ctx, op.kind, op.stage, op.microbatch, inner[-1] + 1, op.block_end)
-        before, after = block_collectives(ctx, tail, group)
-        segments.append([*before, tail, *after])
+        built = head_ops(ctx, tail, group) if head_ops is not None else None
+        if built is None:
+            before, after = block_collectives(ctx, tail, group)
+            built = [*before, tail, *after]
+        segments.append(built)
     if op.kind in ("B", "I"):
         segments.reverse()
     return [o for segment in segments for o in segment]
