@@ -21,7 +21,7 @@ from simgrid.schedules import build_program
 from simgrid.schedules.lower.compute import add_recompute, compute_steps
 from simgrid.schedules.lower.tensor_parallel import add_tensor_parallel
 from simgrid.schedules.lower.tp_async import add_async_tensor_parallel, add_te_overlapped_tensor_parallel
-from simgrid.schedules.lower.tp_overlap import add_overlapped_tensor_parallel
+from simgrid.schedules.lower.tp_overlap import add_replaced_tensor_parallel, overlapped_ops
 
 
 def _role(granularity: str = "block", asynchronous: bool = True, **layout: object) -> list[Op]:
@@ -168,7 +168,9 @@ def test_overlap_shortens_the_step_but_never_below_any_streams_busy_time(sp: boo
 def _te_role(granularity: str, te_head: bool) -> list[Op]:
     ctx = context(granularity, tp=2, sequence_parallel=True, tp_comm_overlap=True)  # type: ignore[arg-type]
     role = add_recompute(ctx, compute_steps(ctx, 0))
-    return flat((add_te_overlapped_tensor_parallel if te_head else add_overlapped_tensor_parallel)(ctx, role, 0))
+    if te_head:
+        return flat(add_te_overlapped_tensor_parallel(ctx, role, 0))
+    return flat(add_replaced_tensor_parallel(ctx, role, 0, overlapped_ops))  # the head wrapped synchronously
 
 
 def test_te_overlap_runs_the_heads_backward_collectives_beside_its_gemms() -> None:

@@ -13,16 +13,15 @@ from simgrid.layout.mesh import Mesh
 from simgrid.layout.spec import Layout
 from simgrid.model import get_model
 from simgrid.schedules import build_program
-from simgrid.schedules.lower import tp_overlap
+from simgrid.schedules.lower import tp_async
 from simgrid.schedules.lower.compute import add_recompute, compute_steps
 from simgrid.schedules.lower.instantiate import MicrobatchTemplate
 from simgrid.schedules.lower.tensor_parallel import add_tensor_parallel, tp_collectives
+from simgrid.schedules.lower.tp_async import add_te_overlapped_tensor_parallel, te_overlapped_ops
 from simgrid.schedules.lower.tp_overlap import (
     PIPELINE_SPLITS,
     UB_STREAMS,
     _split,
-    add_overlapped_tensor_parallel,
-    overlapped_ops,
 )
 
 SP = {"sequence_parallel": True}
@@ -31,7 +30,7 @@ SP = {"sequence_parallel": True}
 def _role(granularity: str = "block", overlap: bool = True, **layout: object) -> list[Op]:
     ctx = context(granularity, **SP, tp_comm_overlap=overlap, **layout)  # type: ignore[arg-type]
     role = add_recompute(ctx, compute_steps(ctx, 0))
-    return flat((add_overlapped_tensor_parallel if overlap else add_tensor_parallel)(ctx, role, 0))
+    return flat((add_te_overlapped_tensor_parallel if overlap else add_tensor_parallel)(ctx, role, 0))
 
 
 _between = tp_ops_of
@@ -166,27 +165,27 @@ def test_stamped_ops_equal_ops_built_for_each_microbatch(
     granularity: str, model: str | None, layout: dict[str, object], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pass builds each (kind, stage, chunk, block range) once and stamps it for the other micro-batches;
-    every pipeline rank's ops equal those of building each compute op on its own (overlapped_ops per op,
+    every pipeline rank's ops equal those of building each compute op on its own (te_overlapped_ops per op,
     tp_collectives around the ones that do not overlap), and far fewer ops are built than stamped."""
     ctx = context(granularity, get_model(model) if model else None, **SP, tp_comm_overlap=True, **layout)
     built: list[Compute] = []
 
     def counted(c: object, op: Compute, group: str) -> list[Op] | None:
         built.append(op)
-        return overlapped_ops(c, op, group)  # type: ignore[arg-type]
+        return te_overlapped_ops(c, op, group)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(tp_overlap, "overlapped_ops", counted)
+    monkeypatch.setattr(tp_async, "te_overlapped_ops", counted)
     for pp_rank in range(ctx.layout.pp):
         group = Mesh.tp_group_name(ctx.coord(pp_rank))
         expected: list[Op] = []
         for op in flat(add_recompute(ctx, compute_steps(ctx, pp_rank))):
-            whole = overlapped_ops(ctx, op, group) if isinstance(op, Compute) else [op]
+            whole = te_overlapped_ops(ctx, op, group) if isinstance(op, Compute) else [op]
             if whole is None:
                 before, after = tp_collectives(ctx, op, group)  # type: ignore[arg-type]
                 whole = [*before, op, *after]
             expected += whole
         built.clear()
-        role = add_overlapped_tensor_parallel(ctx, add_recompute(ctx, compute_steps(ctx, pp_rank)), pp_rank)
+        role = add_te_overlapped_tensor_parallel(ctx, add_recompute(ctx, compute_steps(ctx, pp_rank)), pp_rank)
         got = flat(role)
         assert got == expected
         assert [type(o) for o in got] == [type(o) for o in expected]

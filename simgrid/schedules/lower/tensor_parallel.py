@@ -186,7 +186,7 @@ def wrap_compute_ops(role: Role, wrap: Callable[[Compute], tuple[list[Op], list[
 def add_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     """Wrap every F, B, I and full-recompute R op with its tensor-parallel collectives, and with
     ``tp_impl = "dtensor"`` add DTensor's chunk + cat copies to the op (:mod:`.dtensor_copies`) (with
-    ``tp_comm_overlap`` the build runs :func:`simgrid.schedules.lower.tp_overlap.add_overlapped_tensor_parallel`
+    ``tp_comm_overlap`` the build runs :func:`simgrid.schedules.lower.tp_async.add_te_overlapped_tensor_parallel`
     instead)."""
     if ctx.layout.tp == 1:
         return role

@@ -248,7 +248,7 @@ def overlapped_ops(ctx: LoweringContext, op: Compute, group: str, head_ops: Edge
     """``op`` with its tensor-parallel collectives overlapped TE's way, or None when ``op`` is not one that
     overlaps (W, selective recompute, a range that holds a MoE sub-block between transformer sub-blocks):
     the caller then wraps it as usual. Reads only ``op``'s kind, stage, micro-batch, chunk and block range
-    (the costs come from ``ctx``), which is what lets :func:`add_overlapped_tensor_parallel` stamp the ops of
+    (the costs come from ``ctx``), which is what lets :func:`add_replaced_tensor_parallel` stamp the ops of
     one micro-batch for the others."""
     if op.kind not in ("F", "B", "I") and not (op.kind == "R" and ctx.layout.recompute == "full"):
         return None
@@ -319,8 +319,3 @@ def add_replaced_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int,
 
     return replace_compute_ops(role, replaced_or_wrapped)
 
-
-def add_overlapped_tensor_parallel(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
-    """The tensor-parallel pass with ``tp_comm_overlap``: every compute op that overlaps becomes its
-    overlapped ops; the others are wrapped as :func:`.tensor_parallel.add_tensor_parallel` wraps them."""
-    return add_replaced_tensor_parallel(ctx, role, pp_rank, overlapped_ops)
