@@ -32,6 +32,9 @@ from typing import Final
 
 from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
+from simgrid.model.blocks import block_kind
+from simgrid.model.fp8_kernels import fp8_weight_params
+from simgrid.model.moe import is_moe_block
 from simgrid.schedules.buckets import Bucket, apex_padded_params, apex_state_bucket_params
 from simgrid.schedules.lower.compute import cut_at
 from simgrid.schedules.lower.context import LoweringContext, Role, Step
@@ -54,10 +57,6 @@ def _fp8_weights(ctx: LoweringContext, bucket: Bucket) -> int:
     """Parameters of a bucket that are Transformer Engine ``Float8Tensor`` weights under ``Layout.fp8_params``: the
     dense sub-blocks' TE linears (a MoE sub-block's weights are counted 16-bit: GroupedLinear's fp8 weights are not
     modelled)."""
-    from simgrid.model.blocks import block_kind
-    from simgrid.model.fp8_kernels import fp8_weight_params
-    from simgrid.model.moe import is_moe_block
-
     model = ctx.model
     return sum(fp8_weight_params(model, ctx.layout, block_kind(model, b)[0]) for b in bucket.blocks
                if not is_moe_block(model, b))
