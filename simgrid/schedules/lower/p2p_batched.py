@@ -21,7 +21,7 @@ group); on the IR's one stream per peer pair they run one after the other, in a 
 
 from __future__ import annotations
 
-from simgrid.schedules.lower.p2p_megatron import Call
+from simgrid.schedules.lower.p2p_megatron import Call, forward_chunk, warmup_steps
 
 
 def _ordered(ops: list[tuple[str, str, int]], rank: int, pp: int) -> list[tuple[str, str, int]]:
@@ -67,15 +67,15 @@ def _plain(pp: int, m: int, rank: int, f_steps: list[int], b_steps: list[int]) -
 
 def _interleaved(pp: int, vpp: int, m: int, rank: int, f_steps: list[int], b_steps: list[int]) -> list[Call]:
     total = m * vpp
-    warmup = total if m == pp else min(2 * (pp - rank - 1) + (vpp - 1) * pp, total)
+    warmup = warmup_steps(pp, vpp, m, rank)
     remaining = total - warmup
     first, last = rank == 0, rank == pp - 1
 
     def chunk_f(k: int) -> int:
-        return (k % (pp * vpp)) // pp
+        return forward_chunk(pp, vpp, k)
 
     def chunk_b(k: int) -> int:
-        return vpp - 1 - chunk_f(k)
+        return vpp - 1 - forward_chunk(pp, vpp, k)
 
     calls = [] if first else [Call(step=0, ops=[("recv", "F", 0)])]
     for k in range(warmup):  # lines 806-832

@@ -66,15 +66,15 @@ def megatron_calls(pp: int, vpp: int, m: int, rank: int, f_steps: list[int], b_s
     """Rank ``rank``'s p2p calls in issue order; ``f_steps[k]`` / ``b_steps[k]`` are the steps of its forward /
     backward ``k`` (Megatron's virtual micro-batch index)."""
     total = m * vpp
-    warmup = _warmup(pp, vpp, m, rank)
+    warmup = warmup_steps(pp, vpp, m, rank)
     remaining = total - warmup
     first, last, even = rank == 0, rank == pp - 1, rank % 2 == 0
 
-    def chunk_f(k: int) -> int:  # get_model_chunk_id, lines 625-631
-        return (k % (pp * vpp)) // pp
+    def chunk_f(k: int) -> int:
+        return forward_chunk(pp, vpp, k)
 
     def chunk_b(k: int) -> int:
-        return vpp - 1 - chunk_f(k)
+        return vpp - 1 - forward_chunk(pp, vpp, k)
 
     def call(step: int, send: tuple[str, str, int] | None, recv: tuple[str, str, int] | None,
              wait_step: int | None, blocking: bool = False) -> Call:
@@ -127,17 +127,24 @@ def megatron_order(pp: int, vpp: int, m: int, rank: int) -> list[tuple[int, str]
     """``(stage, kind)`` of rank ``rank``'s computations in Megatron-Core's interleaved order (m a multiple of pp):
     the warm-up forwards, then one forward and one backward per steady-state iteration, then the cool-down."""
     total = m * vpp
-    warmup = _warmup(pp, vpp, m, rank)
-    forwards = [((k % (pp * vpp)) // pp * pp + rank, "F") for k in range(total)]
-    backwards = [((vpp - 1 - (k % (pp * vpp)) // pp) * pp + rank, "B") for k in range(total)]
+    warmup = warmup_steps(pp, vpp, m, rank)
+    forwards = [(forward_chunk(pp, vpp, k) * pp + rank, "F") for k in range(total)]
+    backwards = [((vpp - 1 - forward_chunk(pp, vpp, k)) * pp + rank, "B") for k in range(total)]
     order = forwards[:warmup]
     for k in range(total - warmup):
         order += [forwards[warmup + k], backwards[k]]
     return order + backwards[total - warmup:]
 
 
-def _warmup(pp: int, vpp: int, m: int, rank: int) -> int:
-    # schedules.py lines 599-605: every forward first when m = pp, else 2 per hop to the last rank plus vpp - 1 rounds.
+def forward_chunk(pp: int, vpp: int, k: int) -> int:
+    """Local model chunk of a rank's forward ``k`` (``get_model_chunk_id``, schedules.py lines 625-631); backward
+    ``k`` runs chunk ``vpp - 1 -`` that."""
+    return (k % (pp * vpp)) // pp
+
+
+def warmup_steps(pp: int, vpp: int, m: int, rank: int) -> int:
+    """Warm-up forwards of rank ``rank`` (schedules.py lines 599-605): every forward when m = pp, else 2 per hop to
+    the last rank plus vpp - 1 rounds."""
     total = m * vpp
     return total if m == pp else min(2 * (pp - rank - 1) + (vpp - 1) * pp, total)
 
