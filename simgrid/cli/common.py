@@ -239,6 +239,9 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
                         "default), non-reentrant (torch.utils.checkpoint(use_reentrant=False) per layer, torchtitan: "
                         "the recompute stops before the MLP's second GEMM) or non-reentrant-modules (attention and MLP "
                         "wrapped apart, NeMo AutoModel: no norm, residual add or output projection is rerun)")
+    g.add_argument("--dropout", default="auto", metavar="{auto,on,off}",
+                   help="whether the run trains with dropout (its masks' bytes and memory): auto (the model's usual "
+                        "recipe: GPT with biases on, Llama off; default), on, or off (e.g. MLPerf GPT-3's dropout 0)")
 
 
 def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -256,7 +259,8 @@ def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "checkpoint_impl": getattr(args, "checkpoint_impl", "reentrant"),
             "fp8_recipe": getattr(args, "fp8_recipe", "none"), "fp8_params": getattr(args, "fp8_params", False),
             "fp8_amax_reduction": getattr(args, "fp8_amax_reduction", "stage"),
-            "fp8_attention_amax": getattr(args, "fp8_attention_amax", True)}
+            "fp8_attention_amax": getattr(args, "fp8_attention_amax", True),
+            "dropout": getattr(args, "dropout", "auto")}
 
 
 def add_hardware_args(parser: argparse.ArgumentParser, *, cluster_required: bool, gpu_profile: bool,
@@ -405,7 +409,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         fp8_recipe=getattr(args, "fp8_recipe", "none"), fp8_params=getattr(args, "fp8_params", False),
         fp8_amax_reduction=getattr(args, "fp8_amax_reduction", "stage"),
         fp8_attention_amax=getattr(args, "fp8_attention_amax", True),
-        p2p_order=getattr(args, "p2p_order", "witness"),
+        p2p_order=getattr(args, "p2p_order", "witness"), dropout=getattr(args, "dropout", "auto"),
     )
     if order is None:
         return Layout(**fields)

@@ -34,6 +34,7 @@ CheckpointImpl = Literal["reentrant", "non-reentrant", "non-reentrant-modules"]
 FP8Recipe = Literal["none", "delayed", "current"]
 P2POrder = Literal["witness", "megatron-core", "megatron-batched"]
 FP8AmaxReduction = Literal["stage", "tp", "tp-async-region", "none"]
+DropoutPolicy = Literal["auto", "on", "off"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
@@ -52,6 +53,7 @@ CHECKPOINT_IMPLS: tuple[str, ...] = get_args(CheckpointImpl)
 FP8_RECIPES: tuple[str, ...] = get_args(FP8Recipe)
 P2P_ORDERS: tuple[str, ...] = get_args(P2POrder)
 FP8_AMAX_REDUCTIONS: tuple[str, ...] = get_args(FP8AmaxReduction)
+DROPOUT_POLICIES: tuple[str, ...] = get_args(DropoutPolicy)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need
 #: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
@@ -236,6 +238,13 @@ class Layout:
     of pp. ``megatron-batched`` is Megatron-LM's path without that overlap (Megatron-Core's 1F1B, and Megatron-LM
     2021/2022): each schedule call's sends and receives are one batch, waited for at once
     (:mod:`simgrid.schedules.lower.p2p_batched`); needs ``1f1b``, or ``interleaved-1f1b`` with m a multiple of pp."""
+    dropout: DropoutPolicy = "auto"
+    """Whether the run trains with dropout (hidden and attention probability > 0): its masks (HBM bytes and
+    saved activations, :mod:`simgrid.model.kernels`, :mod:`simgrid.model.activations`) and the unfused core's
+    attention-dropout kernels. ``auto`` takes the model's usual recipe (:func:`simgrid.model.uses_dropout`: GPT
+    with biases 0.1, Megatron-LM's ``--hidden-dropout`` / ``--attention-dropout`` defaults; Llama none); ``on`` /
+    ``off`` state the run's own config, e.g. MLPerf GPT-3's ``hidden_dropout: 0.0`` / ``attention_dropout: 0.0``
+    (docs/design.md, "Dropout as the recipes apply it (session 16)")."""
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
@@ -263,6 +272,7 @@ class Layout:
         _choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         _choice("p2p_order", self.p2p_order, P2P_ORDERS)
         _choice("fp8_amax_reduction", self.fp8_amax_reduction, FP8_AMAX_REDUCTIONS)
+        _choice("dropout", self.dropout, DROPOUT_POLICIES)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
                      "tp_comm_overlap", "overlap_param_gather", "tp_async_grad_comm", "grad_accumulation_fusion",
                      "fp8_params", "fp8_attention_amax"):
