@@ -119,6 +119,12 @@ class DevRow:
     fp8_params: bool = False
     """``Layout.fp8_params``: Transformer Engine fp8 weights, where the source's config sets NeMo ``model.fp8_params``
     (apex DistributedFusedAdam gathers them as uint8; docs/design.md "fp8 parameters (session 15)")."""
+    fp8_amax_reduction: str = "stage"
+    """``Layout.fp8_amax_reduction``: how the row's Transformer Engine / Megatron-Core versions all-reduce the
+    delayed recipe's amaxes (docs/design.md "TE amax reduction (session 16)")."""
+    fp8_attention_amax: bool = True
+    """``Layout.fp8_attention_amax``: false where the row's TE attention keeps no fp8 metadata (before TE v1.8, or
+    TE 7d576ed's flash-attn path)."""
     bucket_size_MB: float | None = None
     """Gradient bucket size in MB (``Layout.bucket_size_MB``; ``None``: the layout's default), where the source's
     optimizer buckets by size (NeMo's apex DistributedFusedAdam ``bucket_cap_mb``)."""

@@ -14,7 +14,7 @@ No NVIDIA GPT-3 result on H200 exists in either round; B200 is in :data:`MLPERF_
 from __future__ import annotations
 
 from devrow import DevRow, Source
-from mlperf_data import _AMAX, _ASSUMED, mlperf_row
+from mlperf_data import _ASSUMED, mlperf_row
 
 _R40 = "mlcommons/training_results_v4.0"
 _C40 = "62f111b7690f163b269f32e4f93dcaaa13717c9c"
@@ -65,6 +65,28 @@ _V4_ASSUMED = (
     "decompositions.py 'dropout'); cuDNN fused attention with dropout 0 draws nothing either",
     *(a for a in _ASSUMED if a.startswith(("vocabulary", "cluster"))),
 )
+_AMAX_TE = (
+    "TE v1.6+ reduce_and_update_fp8_tensors (fp8.py lines 313-368 at v1.6rc1, 325-385 at v1.11) walks global buffers "
+    "holding every fp8 module of the rank, all chunks, per key (direction, has fp8 weights, autocast): torch.cat, a "
+    "synchronous MAX all-reduce (async_op=False, line 309 / 321), a fused amax-and-scale update; at each autocast exit "
+    "(Megatron-Core wraps each chunk's TransformerBlock layers in one) and after each region's first module's "
+    "backward; the NVTE_DP_AMAX_REDUCE_INTERVAL / NVTE_ASYNC_AMAX_REDUCTION of config_common.sh no longer exist in "
+    "TE; FP8_REDUCE_AMAX does not reach Megatron-Core's TEDelayedScaling, whose reduce_amax stays TE's default True")
+_AMAX_40 = (
+    "fp8 amax reduction (Layout.fp8_amax_reduction 'tp', docs/design.md 'TE amax reduction (session 16)'): "
+    + _AMAX_TE + "; Megatron-LM core_v0.7.0.beta passes the tensor-parallel group as fp8_group (transformer_block.py "
+    "line 367 at 3c0f3ef); 4 GEMMs x 3 / 2 fp32 amaxes per layer (attention is no TE base module at v1.6rc1); "
+    "LAYER_CUDA_GRAPH=1 graphs each layer with make_graphed_callables (custom_callbacks.py line 223), replayed inside "
+    "the block's own non-graphed fp8_autocast, so the exit reduction stays and the graphed backward of the first "
+    "layer reduces after replay (graph.py lines 318-344): the same count; not modelled: the one more forward "
+    "reduction per step after the optimizer's fp8 weight update (float8_tensor.py lines 71-93)")
+_AMAX_41 = (
+    "fp8 amax reduction (Layout.fp8_amax_reduction 'stage', docs/design.md 'TE amax reduction (session 16)'): "
+    + _AMAX_TE + "; Megatron-LM 24.09-alpha.rc0 passes get_amax_reduction_group(with_context_parallel=True), the "
+    "tensor-, data- and context-parallel ranks of the stage (transformer_block.py line 411 at dd18205); TE v1.9-v1.11's "
+    "DotProductAttention is a TE base module with 3 GEMMs of fp8 metadata (Layout.fp8_attention_amax), under fp8 "
+    "weights in a key of its own: two all-reduces per reduction; no CUDA graphs in the v4.1 configs; not modelled: "
+    "the one more forward reduction per step after the optimizer's fp8 weight update")
 _V4_DISTOPT = (
     "optimizer: apex DistributedFusedAdam as Layout.zero_impl 'apex' (docs/design.md 'apex distributed Adam sync "
     "(session 13)'); its places hold at these versions: NeMo v2.0.0.rc0.beta megatron_gpt_model.py per-layer buckets "
@@ -109,17 +131,18 @@ def _v40(system: str, nodes: int, gbs: int, ga: int, config: str, medians: tuple
          pp: int, vpp: int, extra: tuple[str, ...]) -> DevRow:
     return mlperf_row(system, nodes, gbs, ga, config, medians, tps, round_id="mlperf40", source=MLPERF_40,
                       impl=_IMPL40, pp=pp, vpp=vpp, bucket_size_MB=200, attention_kernel="auto",
-                      timing="block time per step", assumed=_V4_ASSUMED, fp8_params=True, dropout="off",
-                      deviations=(_BLOCK_TIMING, _V4_DISTOPT, _FP8_PARAMS, _USERBUFFERS_4, _AMAX, *extra))
+                      timing="block time per step", assumed=(*_V4_ASSUMED, _AMAX_40), fp8_params=True,
+                      fp8_amax_reduction="tp", dropout="off",
+                      deviations=(_BLOCK_TIMING, _V4_DISTOPT, _FP8_PARAMS, _USERBUFFERS_4, *extra))
 
 
 def _v41(system: str, nodes: int, gbs: int, ga: int, config: str, medians: tuple[float, float, float], tps: float,
          bucket_MB: float) -> DevRow:
     return mlperf_row(system, nodes, gbs, ga, config, medians, tps, round_id="mlperf41", source=MLPERF_41,
                       impl=f"NVIDIA/benchmarks/gpt3/implementations/{system}", vpp=6, bucket_size_MB=bucket_MB,
-                      attention_kernel="auto", timing="train_step_timing", assumed=_V4_ASSUMED, fp8_params=True,
-                      dropout="off",
-                      deviations=(_V4_DISTOPT, _FP8_PARAMS, _USERBUFFERS_4, _AMAX, _DEFER_WGRAD))
+                      attention_kernel="auto", timing="train_step_timing", assumed=(*_V4_ASSUMED, _AMAX_41),
+                      fp8_params=True, fp8_amax_reduction="stage", fp8_attention_amax=True, dropout="off",
+                      deviations=(_V4_DISTOPT, _FP8_PARAMS, _USERBUFFERS_4, _DEFER_WGRAD))
 
 
 # Medians typed from the logs: v4.0 per-run median of the blocks' (block_stop - block_start) / steps (24, 23, 23

@@ -73,8 +73,15 @@ _USERBUFFERS = ("TP overlap: the simulator's tp_comm_overlap is Transformer Engi
                 "4-split pipelined reduce-scatters on 24 / 4 SMs, bulk dgrad/wgrad overlaps) and the fp8 atomic-GEMM "
                 "reduce-scatter (config_common.sh NVTE_UB_ATOMIC_GEMM_RS=1, NVTE_RS_STRIDED_ATOMIC=1) are not "
                 "modelled one by one, nor the 8-SM layer-norm margins (NVTE_FWD/BWD_LAYERNORM_SM_MARGIN=8)")
-_AMAX = ("fp8 amax: the delayed recipe's amax-history reduction is not priced (the recipe runs it asynchronously, "
-         "NVTE_ASYNC_AMAX_REDUCTION=1, without the data-parallel group, NVTE_DP_AMAX_REDUCE_INTERVAL=0)")
+_AMAX = (
+    "fp8 amax reduction (Layout.fp8_amax_reduction 'tp-async-region', docs/design.md 'TE amax reduction (session "
+    "16)'): TE 09ba842 reduces the autocast region's amaxes (NeMo bd0b818 transformer.py lines 1474-1481: one "
+    "fp8_autocast per chunk's ParallelTransformer forward) at the autocast exit (fp8.py line 401) and after the "
+    "region's first module's backward (module/base.py lines 96-104): torch.cat, then a MAX all-reduce; "
+    "config_common.sh NVTE_DP_AMAX_REDUCE_INTERVAL=0 makes it the tensor-parallel group (fp8.py lines 329-356) and "
+    "NVTE_ASYNC_AMAX_REDUCTION=1 async_op=True (base.py lines 275-277), waited for by the next forward's first "
+    "module (lines 612-616) and the next module backward (lines 74-77); 4 GEMMs x 3 (forward) / 2 (backward) fp32 "
+    "amaxes per layer, attention has none at 09ba842; no CUDA graphs in the v3.1 configs")
 _N64_BATCH = ("batch at 64 nodes: config_DGXH100_64x8x192x4x8_mbs1.sh sets MINIBS=192 (GBS 3072), but the log "
               "prints global_batch_size 2048 and gradient_accumulation_steps 128, its steps advance 4194304 = 2048 x "
               "2048 tokens and its LR warmup is 198 = 407040 / 2048 steps: the run used GBS 2048 (MINIBS 128), "
@@ -102,8 +109,9 @@ def mlperf_row(system: str, nodes: int, gbs: int, ga: int, config: str, run_medi
                tps: float, *, round_id: str = "mlperf31", source: Source = MLPERF_31, impl: str = _IMPL,
                tp: int = _TP, pp: int = _PP, vpp: int = _VPP, bucket_size_MB: float = 100, attention_kernel: str = "fa2",
                timing: str = "train_step_timing", config_files: str = "config_common.sh, config_fp8.sh, conf/custom.yaml",
-               assumed: tuple[str, ...] = _ASSUMED, deviations: tuple[str, ...] | None = None,
-               fp8_params: bool = False, dropout: str = "auto") -> DevRow:
+               assumed: tuple[str, ...] | None = None, deviations: tuple[str, ...] | None = None,
+               fp8_params: bool = False, fp8_amax_reduction: str = "tp-async-region",
+               fp8_attention_amax: bool = False, dropout: str = "auto") -> DevRow:
     """One NVIDIA MLPerf GPT-3 175B row on DGX H100 (Eos) from its result directory ``system``
     (``<name>_ngc<container>_nemo``), the log's batch, the config script and the three runs' median step times;
     the defaults are the v3.1 round's recipe (session 13), the MLPerf v4.x rows (mlperf4_data.py) pass theirs."""
@@ -111,8 +119,10 @@ def mlperf_row(system: str, nodes: int, gbs: int, ga: int, config: str, run_medi
     dp = gpus // (tp * pp)
     step_s = sorted(run_medians)[1]
     mbs = gbs // (dp * ga)
+    if assumed is None:
+        assumed = (*_ASSUMED, _AMAX)
     if deviations is None:
-        deviations = (_DISTOPT, _USERBUFFERS, _AMAX, *((_N64_BATCH,) if nodes == 64 else ()))
+        deviations = (_DISTOPT, _USERBUFFERS, *((_N64_BATCH,) if nodes == 64 else ()))
     return DevRow(
         id=f"{round_id}-gpt3-{gpus}", source=source, gpu="H100", cluster="dgx-h100-ndr", model="nemo-gpt3-175b",
         seq_length=_SEQ, dp=dp, tp=tp, pp=pp, vpp=vpp, zero=1, zero_impl="apex", micro_batch=mbs,
@@ -123,7 +133,8 @@ def mlperf_row(system: str, nodes: int, gbs: int, ga: int, config: str, run_medi
         # v4.0 78-79, v4.1 eos_n32/n64 79-80) and no config script sets OVERLAP_P2P_COMM; the interleaved schedule's
         # overlapped path is the same at Megatron-LM df72712, 3c0f3ef and dd18205 as at 338af514
         p2p_order="megatron-core" if vpp > 1 else "witness",
-        fp8_recipe="delayed", fp8_params=fp8_params, dropout=dropout, metric="tokens_per_s_per_gpu", published=tps,
+        fp8_recipe="delayed", fp8_params=fp8_params, fp8_amax_reduction=fp8_amax_reduction,
+        fp8_attention_amax=fp8_attention_amax, dropout=dropout, metric="tokens_per_s_per_gpu", published=tps,
         # the logs print step times; the tokens/s/GPU figure is derived from them (conversion)
         published_text=f"{tps:.1f} tokens/s/GPU (derived: median {timing} {step_s:.4f} s, runs "
                        f"{', '.join(f'{m:.4f}' for m in run_medians)} s, GBS {gbs} x seq {_SEQ})",

@@ -61,6 +61,9 @@ def _optional_layout_settings(row: DevRow) -> dict[str, Any]:
         extra["tp_async_grad_comm"] = True
     if row.fp8_params:
         extra["fp8_params"] = True
+    if row.fp8_recipe == "delayed" and fp8_supported():
+        extra["fp8_amax_reduction"] = row.fp8_amax_reduction
+        extra["fp8_attention_amax"] = row.fp8_attention_amax
     if row.bucket_size_MB is not None:
         extra["bucket_size_MB"] = row.bucket_size_MB
     if row.p2p_order != "witness":

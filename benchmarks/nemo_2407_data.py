@@ -32,6 +32,17 @@ _NEMO_2407_ASSUMED = (
     f"attention: Transformer Engine's flash-attn (FA2) backend, not cuDNN: {_LAUNCHER}/config.yaml line 72 sets "
     "env NVTE_FUSED_ATTN=0 for every training job ('Disable cudnn FA until we've tested it more'); "
     "NCCL_NVLS_ENABLE=0 (line 70), CUDA_DEVICE_MAX_CONNECTIONS=1 (nemo_launcher/core/stages.py lines 566-574)",
+    "Transformer Engine 7d576ed (v1.8~19, 2024-06-13): the TE_TAG NeMo r2.0.0rc1's Dockerfile.ci pins beside "
+    "MCORE_TAG 338af514 (lines 35-37), taken as the 24.07 container's; its fp8 paths read as v1.8's",
+    "fp8 amax reduction (Layout.fp8_amax_reduction 'stage', docs/design.md 'TE amax reduction (session 16)'): at "
+    "each exit of the fp8_autocast Megatron-Core 338af514 wraps around each chunk's layers (transformer_block.py "
+    "lines 386-391) and after each region's first module's backward, TE 7d576ed cats every fp8 module's amaxes of "
+    "the rank (global buffer, fp8.py line 420 and reduce_and_update_fp8_tensors) and MAX all-reduces them "
+    "synchronously (async_op=False, line 311) over get_amax_reduction_group(with_context_parallel=True), the "
+    "tensor-, data- and context-parallel ranks of the stage; reduce_amax is TE's default True (Megatron-Core's "
+    "TEDelayedScaling does not set it); 4 GEMMs x 3 / 2 fp32 amaxes per layer: 7d576ed's attention keeps fp8 "
+    "metadata only on its cuDNN path (FusedAttention, attention.py line 3036), off here (NVTE_FUSED_ATTN=0); no "
+    "launcher config sets enable_cuda_graph",
     f"dropout: {_LAUNCHER}/training/gpt3/{{5b,20b,175b}}.yaml hidden_dropout 0.1, attention_dropout 0.1 (lines "
     "74-75), llama/llama2_*.yaml and llama3_*.yaml 0.0 (hidden, attention, ffn; lines 71-73 / 73-75), no example "
     "script overrides them: each model's usual recipe (Layout.dropout 'auto'); FA2's in-kernel attention dropout "
@@ -110,7 +121,8 @@ def _nemo_2407_row(suffix: str, model: str, seq: int, gpus: int, gbs: int, mbs: 
         # 108-109, llama2_13b.yaml 137-138, llama2_70b.yaml 140-141, llama3_70b.yaml 138-139), which NeMo r2.0.0rc1
         # hands to Megatron-Core's ModelParallelConfig (megatron_base_model.py lines 1174-1177)
         p2p_order="megatron-core" if vp > 1 else "witness",
-        fp8_recipe="delayed", metric="tokens_per_s_per_gpu", published=tps,
+        fp8_recipe="delayed", fp8_amax_reduction="stage", fp8_attention_amax=False,
+        metric="tokens_per_s_per_gpu", published=tps,
         published_text=f"{tps:.0f} Tokens/sec/GPU ({tflops} model TFLOP/s/GPU)", conversion="as published",
         recipe=f"FP8 pre-training on {gpus} H100, GBS {gbs}, MBS {mbs}, seq {seq}, TP {tp}, PP {pp}, CP {cp}, "
                f"VP {vp} (table); {_LAUNCHER}/{config}; examples/training/{script} (fp8=true, "

@@ -193,6 +193,13 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
                    help="NeMo's fp8 weights (model.fp8_params): Transformer Engine Float8Tensor parameters, no 16-bit "
                         "copy, all-gathered as 1-byte uint8 by apex DistributedFusedAdam (needs --fp8 delayed and "
                         "--zero 1 --zero-impl apex)")
+    g.add_argument("--fp8-amax-reduction", default="stage", metavar="{stage,tp,tp-async-region,none}",
+                   help="Transformer Engine delayed-scaling amax all-reduce: stage (default: TE v1.6+, Megatron-Core's "
+                        "tensor+data+context-parallel group), tp (Megatron-Core 0.7), tp-async-region (TE 2023, "
+                        "NVTE_ASYNC_AMAX_REDUCTION=1) or none (reduce_amax off)")
+    g.add_argument("--fp8-attention-amax", action=argparse.BooleanOptionalAction, default=True,
+                   help="TE's DotProductAttention joins the amax buffers (TE v1.8 on; default); "
+                        "--no-fp8-attention-amax for older TE")
     g.add_argument("--offload", action="store_true", help="offload optimizer states and step to the host CPU")
     g.add_argument(
         "--dp-mode",
@@ -251,6 +258,8 @@ def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "cross_entropy": getattr(args, "cross_entropy", "fused"), "tp_impl": getattr(args, "tp_impl", "megatron"),
             "checkpoint_impl": getattr(args, "checkpoint_impl", "reentrant"),
             "fp8_recipe": getattr(args, "fp8_recipe", "none"), "fp8_params": getattr(args, "fp8_params", False),
+            "fp8_amax_reduction": getattr(args, "fp8_amax_reduction", "stage"),
+            "fp8_attention_amax": getattr(args, "fp8_attention_amax", True),
             "dropout": getattr(args, "dropout", "auto")}
 
 
@@ -398,6 +407,8 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         optimizer_impl=getattr(args, "optimizer_impl", "fused"),
         checkpoint_impl=getattr(args, "checkpoint_impl", "reentrant"),
         fp8_recipe=getattr(args, "fp8_recipe", "none"), fp8_params=getattr(args, "fp8_params", False),
+        fp8_amax_reduction=getattr(args, "fp8_amax_reduction", "stage"),
+        fp8_attention_amax=getattr(args, "fp8_attention_amax", True),
         p2p_order=getattr(args, "p2p_order", "witness"), dropout=getattr(args, "dropout", "auto"),
     )
     if order is None:

@@ -43,6 +43,7 @@ CommPurpose = Literal[
     "ps-broadcast",  # parameter server: updated parameters broadcast from the server rank
     "embed-grad",  # tied embedding gradient all-reduce between first and last pipeline stage
     "sync",  # barriers and other control
+    "amax",  # Transformer Engine delayed scaling's amax MAX all-reduce (simgrid.schedules.lower.amax_reduction)
 ]
 """Why a collective happens; metrics group exposed time by purpose (tp, cp, ep, pp, dp)."""
 

@@ -33,6 +33,7 @@ TPImpl = Literal["megatron", "dtensor"]
 CheckpointImpl = Literal["reentrant", "non-reentrant", "non-reentrant-modules"]
 FP8Recipe = Literal["none", "delayed", "current"]
 P2POrder = Literal["witness", "megatron-core", "megatron-batched"]
+FP8AmaxReduction = Literal["stage", "tp", "tp-async-region", "none"]
 DropoutPolicy = Literal["auto", "on", "off"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
@@ -51,6 +52,7 @@ TP_IMPLS: tuple[str, ...] = get_args(TPImpl)
 CHECKPOINT_IMPLS: tuple[str, ...] = get_args(CheckpointImpl)
 FP8_RECIPES: tuple[str, ...] = get_args(FP8Recipe)
 P2P_ORDERS: tuple[str, ...] = get_args(P2POrder)
+FP8_AMAX_REDUCTIONS: tuple[str, ...] = get_args(FP8AmaxReduction)
 DROPOUT_POLICIES: tuple[str, ...] = get_args(DropoutPolicy)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need
@@ -210,6 +212,20 @@ class Layout:
     the forward (only the transpose cache refill), apex DistributedFusedAdam casts its updated fp32 shard to fp8 and
     all-gathers those weights as uint8, 1 byte per element (docs/design.md, "fp8 parameters (session 15)").
     Needs ``fp8_recipe = "delayed"`` and ``zero_impl = "apex"`` (the implementation read)."""
+    fp8_amax_reduction: FP8AmaxReduction = "stage"
+    """How Transformer Engine's delayed recipe reduces the amaxes (``fp8_recipe = "delayed"`` only;
+    :mod:`simgrid.schedules.lower.amax_reduction`): ``stage`` (default: TE v1.6+ and Megatron-Core 338af514 on) one
+    synchronous MAX all-reduce of every fp8 module's amaxes on the rank at each autocast exit and after each first
+    module's backward, over the tensor-, data- and context-parallel ranks of the pipeline stage; ``tp`` the same
+    over the tensor-parallel group (Megatron-Core core_v0.7.0.beta); ``tp-async-region`` TE 09ba842 with
+    ``NVTE_DP_AMAX_REDUCE_INTERVAL=0`` and ``NVTE_ASYNC_AMAX_REDUCTION=1``: the region's amaxes, asynchronously over
+    the tensor-parallel group, waited for before the next forward / backward; ``none``: no reduction
+    (``reduce_amax`` False). docs/design.md, "TE amax reduction (session 16)"."""
+    fp8_attention_amax: bool = True
+    """Transformer Engine's ``DotProductAttention`` keeps fp8 metadata of 3 GEMMs and joins the amax buffers even
+    without fp8 attention (TE v1.8 on: it is a ``TransformerEngineBaseModule``); false for older TE (v1.6rc1,
+    09ba842), whose attention has none. With ``fp8_params`` its amaxes sit in a buffer of their own (their module
+    has no fp8 weights), reduced by a second all-reduce."""
 
     p2p_order: P2POrder = "witness"
     """Where each pipeline rank posts its SENDs and RECVs (:mod:`simgrid.schedules.lower.p2p`): ``witness`` orders
@@ -255,10 +271,11 @@ class Layout:
         _choice("checkpoint_impl", self.checkpoint_impl, CHECKPOINT_IMPLS)
         _choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         _choice("p2p_order", self.p2p_order, P2P_ORDERS)
+        _choice("fp8_amax_reduction", self.fp8_amax_reduction, FP8_AMAX_REDUCTIONS)
         _choice("dropout", self.dropout, DROPOUT_POLICIES)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
                      "tp_comm_overlap", "overlap_param_gather", "tp_async_grad_comm", "grad_accumulation_fusion",
-                     "fp8_params"):
+                     "fp8_params", "fp8_attention_amax"):
             if not isinstance(getattr(self, flag), bool):
                 raise LayoutError(f"layout: {flag} = {getattr(self, flag)!r} must be true or false")
         if isinstance(self.bucket_size_MB, bool) or not isinstance(self.bucket_size_MB, int | float):
@@ -466,6 +483,11 @@ class Layout:
             raise LayoutError(
                 f"layout: fp8_params = true needs fp8_recipe 'delayed' (NeMo's fp8 weights are Transformer Engine "
                 f"DelayedScaling Float8Tensors) but fp8_recipe = {self.fp8_recipe!r}; use --fp8 delayed or drop --fp8-params"
+            )
+        if self.fp8_recipe != "delayed" and self.fp8_amax_reduction not in ("stage", "none"):
+            raise LayoutError(
+                f"layout: fp8_amax_reduction = {self.fp8_amax_reduction!r} is Transformer Engine's delayed recipe's "
+                f"amax reduction but fp8_recipe = {self.fp8_recipe!r}; use --fp8 delayed or drop --fp8-amax-reduction"
             )
         if self.fp8_params and self.zero_impl != "apex":
             raise LayoutError(

@@ -15,7 +15,8 @@ Passes, in order (each in :mod:`simgrid.schedules.lower`, each with its own test
    :func:`~.moe.add_expert_grad_sync`, which syncs the routed experts' gradients over the expert
    data-parallel group and runs with step 5);
    then :func:`~.grad_scaling.add_grad_scaling` - Megatron-Core DDP's ``1 / dp`` scaling kernel of each bucket
-   folded into the compute op before the bucket's collective;
+   folded into the compute op before the bucket's collective; then :func:`~.amax_reduction.add_amax_reduction` -
+   Transformer Engine delayed scaling's amax all-reduce after each chunk's last forward layer and first backward layer;
 7. :func:`~.p2p.add_pipeline_p2p` - pipeline SEND/RECV placed deadlock-free (all pipeline ranks at once);
 8. :func:`~.optimizer.add_step_end` - grad-sync waits, sequence-parallel partial-gradient all-reduce
    (:func:`~.tensor_parallel.sp_grad_sync`), tied-embedding sync, optimizer (offload), param sync;
@@ -39,6 +40,7 @@ from simgrid.layout.mesh import Mesh, RankCoord
 from simgrid.layout.spec import Layout, check_layout
 from simgrid.model.spec import ModelSpec
 from simgrid.schedules.lower.activations import add_activation_memory
+from simgrid.schedules.lower.amax_reduction import add_amax_reduction, amax_groups
 from simgrid.schedules.lower.apex_sync import add_apex_grad_sync, add_apex_param_sync
 from simgrid.schedules.lower.compute import add_recompute, compute_steps
 from simgrid.schedules.lower.context import Granularity, LoweringContext, Role
@@ -73,7 +75,8 @@ def build_roles(ctx: LoweringContext) -> list[Role]:
         role = add_zero2_grad_sync(ctx, role, pp_rank)
         role = add_expert_grad_sync(ctx, role, pp_rank)
         role = add_apex_param_sync(ctx, role, pp_rank)  # add_overlapped_param_gather unless apex interleaved
-        roles.append(add_grad_scaling(ctx, add_model_parallel_comm(ctx, role, pp_rank)))
+        role = add_grad_scaling(ctx, add_model_parallel_comm(ctx, role, pp_rank))
+        roles.append(add_amax_reduction(ctx, role, pp_rank))
     return add_pipeline_p2p(ctx, roles)
 
 
@@ -135,6 +138,8 @@ def program_groups(ctx: LoweringContext) -> dict[str, tuple[int, ...]]:
     """The mesh's groups plus the tied-embedding groups when the program uses them, and the expert groups
     (ep, etp, edp) of a MoE model."""
     groups = mesh_groups(ctx.layout)
+    if amax := amax_groups(ctx.layout):
+        groups = dict(sorted({**groups, **amax}.items()))
     if ctx.model.moe is not None:
         groups = dict(sorted({**groups, **expert_groups(ctx.layout)}.items()))
     pair = embed_sync_ranks(ctx)

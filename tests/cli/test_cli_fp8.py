@@ -90,3 +90,26 @@ def test_fp8_params_without_delayed_fp8_or_apex_is_one_line(extra: list[str], me
     assert main([*SIMULATE, *extra]) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+def test_fp8_amax_flags_reach_the_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--fp8-amax-reduction`` and ``--no-fp8-attention-amax`` (session 16) land in the simulated layout; defaults
+    stage and true."""
+    assert main([*SIMULATE, "--fp8", "delayed"]) in (0, None)
+    layout = json.loads(capsys.readouterr().out)["layout"]
+    assert (layout["fp8_amax_reduction"], layout["fp8_attention_amax"]) == ("stage", True)
+    assert main([*SIMULATE, "--fp8", "delayed", "--fp8-amax-reduction", "tp-async-region",
+                 "--no-fp8-attention-amax"]) in (0, None)
+    layout = json.loads(capsys.readouterr().out)["layout"]
+    assert (layout["fp8_amax_reduction"], layout["fp8_attention_amax"]) == ("tp-async-region", False)
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--fp8", "delayed", "--fp8-amax-reduction", "dp"],
+     "fp8_amax_reduction = 'dp' is not one of stage, tp, tp-async-region, none"),
+    (["--fp8-amax-reduction", "tp"], "fp8_amax_reduction = 'tp' is Transformer Engine's delayed recipe's"),
+])
+def test_bad_fp8_amax_reduction_is_one_line(extra: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SIMULATE, *extra]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
