@@ -137,7 +137,7 @@ def forward_chunk(pp: int, vpp: int, k: int) -> int:
 def steady_recv_forward(pp: int, vpp: int, rank: int, fk: int) -> tuple[bool, int]:
     """After steady-state forward ``fk``: whether rank ``rank`` receives an activation, and the local chunk it files
     it under. The first rank decides in lock-step with the last rank, ``pp - 1`` forwards behind it (schedules.py
-    lines 906-915 at 338af514; lines 296-305 at e269e20): nothing comes when the last rank's forward then ran its
+    lines 906-915 at 338af514; lines 297-306 at e269e20): nothing comes when the last rank's forward then ran its
     last chunk. Shared by the overlapped and the batched calls."""
     if rank == 0:
         c = forward_chunk(pp, vpp, fk - (pp - 1))
@@ -147,7 +147,7 @@ def steady_recv_forward(pp: int, vpp: int, rank: int, fk: int) -> tuple[bool, in
 
 def steady_recv_backward(pp: int, vpp: int, rank: int, k: int) -> tuple[bool, int]:
     """After steady-state backward ``k``: whether rank ``rank`` receives a gradient, and the local chunk it files it
-    under; the last rank mirrors the first rank's lock-step (lines 950-958 at 338af514; lines 307-316 at e269e20)."""
+    under; the last rank mirrors the first rank's lock-step (lines 950-958 at 338af514; lines 309-318 at e269e20)."""
     if rank == pp - 1:
         c = vpp - 1 - forward_chunk(pp, vpp, k - (pp - 1))
         return c != 0, c - 1
