@@ -15,8 +15,9 @@ waited for, followed by ``torch.cuda.synchronize()`` (p2p_communication.py lines
   so the forward's output leaves only after the backward; the cool-down as in the overlapped path.
 
 Every call is blocking (waited right after it is issued). The ops of one batch run concurrently in NCCL (one
-group); on the IR's one stream per peer pair they run one after the other, in a canonical order both ends share
-(activations before gradients, then by sender), which can only make a batch slower than NCCL's.
+group): the lowering marks them ``grouped`` (:class:`simgrid.ir.ops.Send`), so a send and a receive to one peer
+run at once on their own direction streams. Both ends issue them in one canonical order (activations before
+gradients, then by sender), which orders two sends to one peer in a group (pp 2) the same way on both ends.
 """
 
 from __future__ import annotations
