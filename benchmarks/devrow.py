@@ -129,6 +129,10 @@ class DevRow:
     """``Layout.p2p_order``: ``megatron-core`` where the run used Megatron-Core's interleaved schedule with
     ``overlap_p2p_comm`` on (pipeline transfers posted and waited where that code does), ``witness`` else (and for
     the 2021/2022 Megatron-LM rows, whose p2p was batched and synchronised)."""
+    dropout: str = "auto"
+    """``Layout.dropout``: ``off`` where the run's config sets hidden and attention dropout to 0 on a model whose
+    usual recipe has it (MLPerf GPT-3: conf/custom.yaml ``hidden_dropout: 0.0``, ``attention_dropout: 0.0``),
+    ``auto`` (the model's recipe: GPT 0.1, Llama none) where the config agrees with it."""
     grad_accumulation_fusion: bool | None = None
     """``Layout.grad_accumulation_fusion`` (``None``: on for Megatron-Core rows, ``zero_impl = "megatron"``, off
     else)."""

@@ -57,6 +57,12 @@ _V4_ASSUMED = (
     "conf/optim/distributed_fused_adam.yaml overlap_grad_sync / overlap_param_sync True, grad_sync_dtype bf16, "
     "bucket_cap_mb = BUCKET_CAP_MB (config_common.sh 200, the v4.1 32-node config 125); v4.0's custom_optimizer.py "
     "subclasses NeMo's MegatronDistributedFusedAdam for checkpointing only",
+    "dropout off (Layout.dropout 'off'): conf/custom.yaml hidden_dropout 0.0, attention_dropout 0.0 (v4.0 lines "
+    "73-74, v4.1 eos_n32 / eos_n64 lines 74-75); the full-TE-layer spec (custom.yaml name "
+    "megatron_gpt_full_te_layer_autocast, NeMo get_specs) runs Transformer Engine's bias_dropout_add under "
+    "dropout_fuser = torch.compile (TE v1.6rc1 / v1.9 / v1.11 jit.py lines 16-18, PyTorch >= 2.2 in the 24.04 and "
+    "24.09 containers), where aten.dropout with p = 0 decomposes to a copy and draws no mask (torch/_decomp/"
+    "decompositions.py 'dropout'); cuDNN fused attention with dropout 0 draws nothing either",
     *(a for a in _ASSUMED if a.startswith(("vocabulary", "cluster"))),
 )
 _V4_DISTOPT = (
@@ -103,7 +109,7 @@ def _v40(system: str, nodes: int, gbs: int, ga: int, config: str, medians: tuple
          pp: int, vpp: int, extra: tuple[str, ...]) -> DevRow:
     return mlperf_row(system, nodes, gbs, ga, config, medians, tps, round_id="mlperf40", source=MLPERF_40,
                       impl=_IMPL40, pp=pp, vpp=vpp, bucket_size_MB=200, attention_kernel="auto",
-                      timing="block time per step", assumed=_V4_ASSUMED, fp8_params=True,
+                      timing="block time per step", assumed=_V4_ASSUMED, fp8_params=True, dropout="off",
                       deviations=(_BLOCK_TIMING, _V4_DISTOPT, _FP8_PARAMS, _USERBUFFERS_4, _AMAX, *extra))
 
 
@@ -112,6 +118,7 @@ def _v41(system: str, nodes: int, gbs: int, ga: int, config: str, medians: tuple
     return mlperf_row(system, nodes, gbs, ga, config, medians, tps, round_id="mlperf41", source=MLPERF_41,
                       impl=f"NVIDIA/benchmarks/gpt3/implementations/{system}", vpp=6, bucket_size_MB=bucket_MB,
                       attention_kernel="auto", timing="train_step_timing", assumed=_V4_ASSUMED, fp8_params=True,
+                      dropout="off",
                       deviations=(_V4_DISTOPT, _FP8_PARAMS, _USERBUFFERS_4, _AMAX, _DEFER_WGRAD))
 
 

@@ -51,6 +51,12 @@ _ASSUMED = (
     "vocabulary: the SentencePiece tokenizer's size is not in the repository; GPT-3's 50257, padded by NeMo to a "
     "multiple of 128 x TP 4 = 50688 (make_vocab_size_divisible_by 128 in NeMo's megatron_gpt_config.yaml line 74), "
     "the preset's size",
+    "dropout: conf/custom.yaml sets hidden_dropout 0.0 and attention_dropout 0.0 (lines 71-72), but the row keeps "
+    "the GPT recipe's dropout masks (Layout.dropout 'auto'): the hidden dropout runs in Transformer Engine 09ba842's "
+    "bias_dropout_add_fused_train_, a torch.jit.script function (transformer_engine/pytorch/jit.py lines 137-142), "
+    "and TorchScript's autodiff formula for dropout on CUDA draws rand_like(input) < 1 - p and saves that mask "
+    "whatever p is (PyTorch symbolic_script.cpp 'def dropout'); flash-attn 2.0.8 with dropout_p 0 draws nothing, "
+    "and the simulator prices no in-kernel dropout either way",
     "cluster: Eos, DGX H100 nodes with NDR InfiniBand (submission_platform 'NxNVIDIA DGX H100'); the simulator's "
     "H100 at its profile's sustained clock",
 )
@@ -97,7 +103,7 @@ def mlperf_row(system: str, nodes: int, gbs: int, ga: int, config: str, run_medi
                tp: int = _TP, pp: int = _PP, vpp: int = _VPP, bucket_size_MB: float = 100, attention_kernel: str = "fa2",
                timing: str = "train_step_timing", config_files: str = "config_common.sh, config_fp8.sh, conf/custom.yaml",
                assumed: tuple[str, ...] = _ASSUMED, deviations: tuple[str, ...] | None = None,
-               fp8_params: bool = False) -> DevRow:
+               fp8_params: bool = False, dropout: str = "auto") -> DevRow:
     """One NVIDIA MLPerf GPT-3 175B row on DGX H100 (Eos) from its result directory ``system``
     (``<name>_ngc<container>_nemo``), the log's batch, the config script and the three runs' median step times;
     the defaults are the v3.1 round's recipe (session 13), the MLPerf v4.x rows (mlperf4_data.py) pass theirs."""
@@ -117,7 +123,7 @@ def mlperf_row(system: str, nodes: int, gbs: int, ga: int, config: str, run_medi
         # v4.0 78-79, v4.1 eos_n32/n64 79-80) and no config script sets OVERLAP_P2P_COMM; the interleaved schedule's
         # overlapped path is the same at Megatron-LM df72712, 3c0f3ef and dd18205 as at 338af514
         p2p_order="megatron-core" if vpp > 1 else "witness",
-        fp8_recipe="delayed", fp8_params=fp8_params, metric="tokens_per_s_per_gpu", published=tps,
+        fp8_recipe="delayed", fp8_params=fp8_params, dropout=dropout, metric="tokens_per_s_per_gpu", published=tps,
         # the logs print step times; the tokens/s/GPU figure is derived from them (conversion)
         published_text=f"{tps:.1f} tokens/s/GPU (derived: median {timing} {step_s:.4f} s, runs "
                        f"{', '.join(f'{m:.4f}' for m in run_medians)} s, GBS {gbs} x seq {_SEQ})",

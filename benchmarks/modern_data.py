@@ -158,6 +158,11 @@ def _megatron_row(size: str, tp: int, pp: int, gbs: int, tflops: float) -> DevRo
             "gradient buffers and reduce-scatter (fp32 accumulation is forced only for bf16). Loss scaling's "
             "unscale and inf check over the 1/dp optimizer shard are not priced",
             "micro-batch 1, no activation recompute: not stated",
+            "dropout: not stated; Megatron-LM's defaults at f2e5db4, --attention-dropout 0.1 and --hidden-dropout 0.1 "
+            "(megatron/training/arguments.py lines 947-950), the GPT recipe the simulator takes (Layout.dropout "
+            "'auto': hidden-dropout masks priced); the fused attention's in-kernel dropout (mask drawn in the forward, "
+            "redrawn in the backward) is not priced: no public measurement of its cost on H100 was found (docs/"
+            "design.md, 'Dropout as the recipes apply it (session 16)')",
             "pipelined rows (pp > 1): interleaved 1F1B, because the README overlaps pipeline communication and "
             "Megatron-LM disables that overlap outside the interleaved schedule (arguments.py lines 271-277 at "
             "f2e5db4); the depth is not stated: the shallowest the layer count allows (virtual stages per rank = "

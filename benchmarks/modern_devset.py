@@ -65,6 +65,8 @@ def _optional_layout_settings(row: DevRow) -> dict[str, Any]:
         extra["bucket_size_MB"] = row.bucket_size_MB
     if row.p2p_order != "witness":
         extra["p2p_order"] = row.p2p_order
+    if row.dropout != "auto":
+        extra["dropout"] = row.dropout
     return extra
 
 

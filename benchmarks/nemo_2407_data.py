@@ -32,6 +32,11 @@ _NEMO_2407_ASSUMED = (
     f"attention: Transformer Engine's flash-attn (FA2) backend, not cuDNN: {_LAUNCHER}/config.yaml line 72 sets "
     "env NVTE_FUSED_ATTN=0 for every training job ('Disable cudnn FA until we've tested it more'); "
     "NCCL_NVLS_ENABLE=0 (line 70), CUDA_DEVICE_MAX_CONNECTIONS=1 (nemo_launcher/core/stages.py lines 566-574)",
+    f"dropout: {_LAUNCHER}/training/gpt3/{{5b,20b,175b}}.yaml hidden_dropout 0.1, attention_dropout 0.1 (lines "
+    "74-75), llama/llama2_*.yaml and llama3_*.yaml 0.0 (hidden, attention, ffn; lines 71-73 / 73-75), no example "
+    "script overrides them: each model's usual recipe (Layout.dropout 'auto'); FA2's in-kernel attention dropout "
+    "of the GPT-3 rows is not priced: no public measurement of its cost on H100 was found (docs/design.md, "
+    "'Dropout as the recipes apply it (session 16)')",
     "cluster: DGX H100 with NDR InfiniBand (the table names the system DGX-H100)",
     "Transformer Engine v1.8 as the container's (its version is not in the sources read): with TP and without "
     "userbuffers (the GPT-3 175B rows) the backward's sequence-parallel collectives run asynchronously beside the "

@@ -236,6 +236,9 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
                         "default), non-reentrant (torch.utils.checkpoint(use_reentrant=False) per layer, torchtitan: "
                         "the recompute stops before the MLP's second GEMM) or non-reentrant-modules (attention and MLP "
                         "wrapped apart, NeMo AutoModel: no norm, residual add or output projection is rerun)")
+    g.add_argument("--dropout", default="auto", metavar="{auto,on,off}",
+                   help="whether the run trains with dropout (its masks' bytes and memory): auto (the model's usual "
+                        "recipe: GPT with biases on, Llama off; default), on, or off (e.g. MLPerf GPT-3's dropout 0)")
 
 
 def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -251,7 +254,8 @@ def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
             "zero_impl": getattr(args, "zero_impl", "deepspeed"), "reduce_dtype": getattr(args, "reduce_dtype", "param"),
             "cross_entropy": getattr(args, "cross_entropy", "fused"), "tp_impl": getattr(args, "tp_impl", "megatron"),
             "checkpoint_impl": getattr(args, "checkpoint_impl", "reentrant"),
-            "fp8_recipe": getattr(args, "fp8_recipe", "none"), "fp8_params": getattr(args, "fp8_params", False)}
+            "fp8_recipe": getattr(args, "fp8_recipe", "none"), "fp8_params": getattr(args, "fp8_params", False),
+            "dropout": getattr(args, "dropout", "auto")}
 
 
 def add_hardware_args(parser: argparse.ArgumentParser, *, cluster_required: bool, gpu_profile: bool,
@@ -398,7 +402,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         optimizer_impl=getattr(args, "optimizer_impl", "fused"),
         checkpoint_impl=getattr(args, "checkpoint_impl", "reentrant"),
         fp8_recipe=getattr(args, "fp8_recipe", "none"), fp8_params=getattr(args, "fp8_params", False),
-        p2p_order=getattr(args, "p2p_order", "witness"),
+        p2p_order=getattr(args, "p2p_order", "witness"), dropout=getattr(args, "dropout", "auto"),
         p2p_scatter_gather=getattr(args, "p2p_scatter_gather", False),
     )
     if order is None:

@@ -33,6 +33,7 @@ TPImpl = Literal["megatron", "dtensor"]
 CheckpointImpl = Literal["reentrant", "non-reentrant", "non-reentrant-modules"]
 FP8Recipe = Literal["none", "delayed", "current"]
 P2POrder = Literal["witness", "megatron-core", "megatron-batched"]
+DropoutPolicy = Literal["auto", "on", "off"]
 
 SCHEDULES: tuple[str, ...] = get_args(ScheduleName)
 RECOMPUTE_POLICIES: tuple[str, ...] = get_args(RecomputePolicy)
@@ -50,6 +51,7 @@ TP_IMPLS: tuple[str, ...] = get_args(TPImpl)
 CHECKPOINT_IMPLS: tuple[str, ...] = get_args(CheckpointImpl)
 FP8_RECIPES: tuple[str, ...] = get_args(FP8Recipe)
 P2P_ORDERS: tuple[str, ...] = get_args(P2POrder)
+DROPOUT_POLICIES: tuple[str, ...] = get_args(DropoutPolicy)
 
 #: Schedules that place more than one model chunk on each pipeline rank, and how many they need
 #: (None: vpp >= 2 interleaved chunks; looped-bfs also runs with one).
@@ -226,6 +228,13 @@ class Layout:
     the boundary tensor and the receiver all-gathers the slices over its tensor-parallel group after the batch
     (p2p_communication.py ``_communicate``). Needs ``p2p_order = "megatron-batched"`` (that code path) and no
     sequence parallelism (which already sends ``s/tp``; 2755bcb87b turns scatter-gather off under it, line 64)."""
+    dropout: DropoutPolicy = "auto"
+    """Whether the run trains with dropout (hidden and attention probability > 0): its masks (HBM bytes and
+    saved activations, :mod:`simgrid.model.kernels`, :mod:`simgrid.model.activations`) and the unfused core's
+    attention-dropout kernels. ``auto`` takes the model's usual recipe (:func:`simgrid.model.uses_dropout`: GPT
+    with biases 0.1, Megatron-LM's ``--hidden-dropout`` / ``--attention-dropout`` defaults; Llama none); ``on`` /
+    ``off`` state the run's own config, e.g. MLPerf GPT-3's ``hidden_dropout: 0.0`` / ``attention_dropout: 0.0``
+    (docs/design.md, "Dropout as the recipes apply it (session 16)")."""
 
     def __post_init__(self) -> None:
         for field in ("dp", "tp", "pp", "cp", "ep", "vpp", "micro_batch_size", "zero3_prefetch_depth"):
@@ -252,6 +261,7 @@ class Layout:
         _choice("checkpoint_impl", self.checkpoint_impl, CHECKPOINT_IMPLS)
         _choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         _choice("p2p_order", self.p2p_order, P2P_ORDERS)
+        _choice("dropout", self.dropout, DROPOUT_POLICIES)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
                      "tp_comm_overlap", "overlap_param_gather", "tp_async_grad_comm", "grad_accumulation_fusion",
                      "fp8_params", "p2p_scatter_gather"):

@@ -21,7 +21,8 @@ sequence parallelism the stored input is the ``s/t`` shard Megatron keeps, so ``
 
 Dropout: Korthikanti counts two dropout masks per layer (GPT recipe, dropout 0.1). The Llama recipe
 trains without dropout, and ModelSpec has no dropout field, so :func:`uses_dropout` takes the GPT recipe
-(biases) to mean dropout on; with dropout off the masks vanish and the attention probabilities are stored
+(biases) to mean dropout on unless the layout states the run's own setting (``Layout.dropout``: MLPerf's GPT-3
+trains with dropout 0); with dropout off the masks vanish and the attention probabilities are stored
 once (``a b s^2 d``).
 
 Embedding and head (not recomputed by Megatron's full recompute, which checkpoints transformer layers):
@@ -34,7 +35,7 @@ themselves are freed once cast). Transient peaks inside a kernel (e.g. logits be
 from __future__ import annotations
 
 from simgrid.errors import ModelError
-from simgrid.layout.spec import CheckpointImpl, RecomputePolicy
+from simgrid.layout.spec import CheckpointImpl, Layout, RecomputePolicy
 from simgrid.model.blocks import block_kind, local_kv_heads, local_q_heads, local_seq_length, local_vocab
 from simgrid.model.moe import is_moe_block, moe_activation_bytes
 from simgrid.model.selective_op import saved_activation_bytes
@@ -50,8 +51,11 @@ LOSS_BYTES = 4
 SOFTMAX_STATS_BYTES = 4
 
 
-def uses_dropout(model: ModelSpec) -> bool:
-    """Whether the model's training recipe applies dropout: GPT recipe (biases) yes, Llama recipe no."""
+def uses_dropout(model: ModelSpec, layout: Layout | None = None) -> bool:
+    """Whether the run applies dropout: the layout's ``dropout`` where it states ``on`` or ``off``, otherwise
+    the model's usual recipe, GPT (biases) yes (Megatron-LM's 0.1 defaults), Llama no."""
+    if layout is not None and layout.dropout != "auto":
+        return layout.dropout == "on"
     return model.bias
 
 

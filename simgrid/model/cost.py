@@ -13,7 +13,7 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from simgrid.layout.spec import Layout, check_layout
-from simgrid.model.activations import block_activation_bytes
+from simgrid.model.activations import block_activation_bytes, uses_dropout
 from simgrid.model.blocks import block_kind, local_seq_length
 from simgrid.model.comm import TPCollective, block_cp_collectives, block_tp_collectives
 from simgrid.model.early_stop import skipped_by_early_stop
@@ -127,6 +127,7 @@ def _block_cost_cached(model: ModelSpec, layout: Layout, block: int) -> BlockCos
         sequence_parallel=layout.sequence_parallel, recompute=layout.recompute, dtype_bytes=layout.param_bytes,
         flash_attention=layout.flash_attention, cp=layout.cp, etp=layout.expert_tp,
         checkpoint_impl=layout.checkpoint_impl, fp8=layout.fp8_recipe != "none",
+        dropout=uses_dropout(model, layout),
     )
     # A fused core's FLOPs are priced at the GPU's attention-kernel efficiency (simgrid.costs.compute); the
     # unfused core's batched GEMMs keep the GEMM efficiency plus their s x s operand traffic (kernels.py).

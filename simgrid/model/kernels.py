@@ -124,7 +124,7 @@ def block_kernels(model: ModelSpec, layout: Layout, block: int) -> BlockKernels:
     # GEMMs see the whole sequence (sequence parallelism all-gathers before them); element-wise work on
     # the residual stream runs on the sequence shard.
     hidden = tokens * h * d // (tp if layout.sequence_parallel else 1)
-    dropout = uses_dropout(model)
+    dropout = uses_dropout(model, layout)
     mask = hidden // d * MASK_BYTES if dropout else 0
     bias = model.bias
 
@@ -348,7 +348,7 @@ def _unfused_core(model: ModelSpec, layout: Layout) -> _Core:
     else:
         # Eager PyTorch attention: the context gradient copied back, as the forward.
         bwd, bwd_k = bwd + 2 * context, bwd_k + 1
-    if uses_dropout(model):
+    if uses_dropout(model, layout):
         drop = scores * (2 * d + MASK_BYTES) // d
         fwd, bwd, fwd_k, bwd_k = fwd + drop, bwd + drop, fwd_k + 1, bwd_k + 1
     return _Core(fwd, bwd, fwd_k, bwd_k)

@@ -26,8 +26,8 @@ layer, on one tensor-parallel rank of one pipeline stage:
   ``pairs`` counts causal (query, key) pairs exactly, ``q * k + q (q + 1) / 2`` for ``q`` new tokens after
   ``k`` cached ones.
 * Element-wise kernels (norms, rotary, residual adds, activation) cost their bytes at the HBM rate and
-  every kernel its launch overhead, as in training. Their list is the training forward's, so for
-  GPT-recipe models it still counts the dropout mask (one byte per residual element; inference has none).
+  every kernel its launch overhead, as in training. Their list is the training forward's under
+  ``dropout = "off"`` (:func:`~simgrid.serving.spec.model_layout`): inference draws no dropout mask.
 * Tensor parallelism adds the forward's two all-reduces per layer (attention and MLP outputs; Megatron)
   and the vocabulary-parallel embedding's; the logits of the sampled sequences are all-gathered for the
   sampler. The all-reduces are on the critical path (the next layer needs their sum), so they add.

@@ -172,7 +172,8 @@ def model_layout(layout: ServingLayout, config: ServingConfig) -> Layout:
     """The :class:`~simgrid.layout.Layout` of one replica that :mod:`simgrid.model`'s cost functions take.
 
     Serving engines run a fused attention kernel (FlashAttention or PagedAttention), so the s x s scores
-    never reach HBM; 16-bit activations unless the weights are fp32.
+    never reach HBM; 16-bit activations unless the weights are fp32. Inference applies no dropout
+    (``model.eval()``), so no mask is drawn whatever the model's training recipe.
     """
     precision = "fp32" if config.activation_dtype == "fp32" else config.activation_dtype
-    return Layout(tp=layout.tp, pp=layout.pp, flash_attention=True, precision=precision)  # type: ignore[arg-type]
+    return Layout(tp=layout.tp, pp=layout.pp, flash_attention=True, precision=precision, dropout="off")  # type: ignore[arg-type]

@@ -40,9 +40,11 @@ def test_dtype_bytes() -> None:
 
 
 def test_model_layout_is_a_fused_attention_replica() -> None:
-    """The replica's Layout for the model costs: same tp/pp, flash attention, 16-bit (or fp32) activations."""
+    """The replica's Layout for the model costs: same tp/pp, flash attention, 16-bit (or fp32) activations,
+    and no dropout (inference draws no mask, whatever the model's training recipe)."""
     lay = model_layout(ServingLayout(tp=2, pp=2, replicas=5), ServingConfig())
     assert (lay.tp, lay.pp, lay.dp, lay.flash_attention, lay.param_bytes) == (2, 2, 1, True, 2)
+    assert lay.dropout == "off"
     assert model_layout(ServingLayout(), ServingConfig(dtype="fp32")).param_bytes == 4
 
 

@@ -148,3 +148,14 @@ def test_v4_layouts_validate() -> None:
         layout = modern_devset.dev_layout(row)
         assert layout.world_size == row.gpus and layout.schedule == "interleaved-1f1b", row.id
         assert layout.fp8_recipe == "delayed" and layout.bucket_size_MB == row.bucket_size_MB, row.id
+
+
+def test_dropout_follows_each_rounds_config_and_fuser() -> None:
+    """conf/custom.yaml sets hidden_dropout and attention_dropout 0.0 in every round (v3.1 lines 71-72, v4.0 73-74,
+    v4.1 74-75). The v4.x layouts say so (Layout.dropout 'off': TE's torch.compile'd bias-dropout-add draws no mask
+    at p = 0); v3.1 keeps the GPT recipe's masks ('auto'), because its TorchScript bias-dropout-add draws and saves
+    a mask whatever p is."""
+    for row in ROWS_4X:
+        assert modern_devset.dev_layout(row).dropout == "off", row.id
+    for row in ROWS:
+        assert modern_devset.dev_layout(row).dropout == "auto", row.id
