@@ -107,6 +107,12 @@ def validate_or_raise(program: Program) -> None:
             "implemented; the executor runs each tensor-parallel collective whole: build the program without "
             "--tp-comm-overlap"
         )
+    if program.layout.p2p_scatter_gather:
+        raise LayoutError(
+            "executor: p2p_scatter_gather = true (Megatron-LM's pipeline tensors sent as 1/tp slices and all-gathered "
+            "over tp) is not implemented; the executor sends each pipeline tensor whole: build the program without "
+            "--p2p-scatter-gather (the simulator alone prices it)"
+        )
     if program.layout.overlap_param_gather:
         raise LayoutError(
             "executor: overlap_param_gather = true (ZeRO-1 parameter all-gather deferred to the next step's "

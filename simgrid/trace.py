@@ -59,6 +59,7 @@ PURPOSE_TO_COMM_KIND: dict[str, str] = {
     "pp": "pp",
     # The tied-embedding gradient sync exists only because the pipeline splits embedding and head.
     "embed-grad": "pp",
+    "pp-gather": "pp",
     "dp-grad": "dp",
     "zero-grad": "dp",
     "zero-param": "dp",

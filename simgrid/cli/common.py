@@ -177,6 +177,10 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
                             "(Megatron-Core's overlapped p2p of the interleaved schedule; needs "
                             "--schedule interleaved-1f1b) or megatron-batched (Megatron-LM's batched p2p, each "
                             "call waited for at once; --schedule 1f1b or interleaved-1f1b)")
+        g.add_argument("--p2p-scatter-gather", action="store_true",
+                       help="Megatron-LM 2021/2022 scatter_gather_tensors_in_pipeline: each TP rank sends 1/tp of "
+                            "a pipeline tensor, the receiver all-gathers it over TP (needs --p2p-order "
+                            "megatron-batched, no --sequence-parallel)")
     g.add_argument("--attention-kernel", choices=("auto", "fa2", "fa3"), default="auto",
                    help="fused-attention kernel priced with --flash-attention: fa2, fa3 or auto (the GPU's default)")
     g.add_argument("--kernel-fusion", choices=("fused", "eager", "eager-fused-norm"), default="fused",
@@ -410,6 +414,7 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         fp8_amax_reduction=getattr(args, "fp8_amax_reduction", "stage"),
         fp8_attention_amax=getattr(args, "fp8_attention_amax", True),
         p2p_order=getattr(args, "p2p_order", "witness"), dropout=getattr(args, "dropout", "auto"),
+        p2p_scatter_gather=getattr(args, "p2p_scatter_gather", False),
     )
     if order is None:
         return Layout(**fields)

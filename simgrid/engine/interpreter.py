@@ -264,8 +264,8 @@ class Interpreter:
         t = type(op)
         if t is Collective:
             key: Any = op.group
-        elif t is Send or t is Recv:
-            key = op.peer
+        elif t is Send or t is Recv:  # a grouped op has its own direction's stream (Send.grouped)
+            key = op.peer if not op.grouped else f"{op.peer}:{'send' if t is Send else 'recv'}"
         elif t is Transfer:
             key = ("pcie", op.direction)
         else:

@@ -42,6 +42,7 @@ CommPurpose = Literal[
     "ps-reduce",  # parameter server: gradients reduced to the server rank
     "ps-broadcast",  # parameter server: updated parameters broadcast from the server rank
     "embed-grad",  # tied embedding gradient all-reduce between first and last pipeline stage
+    "pp-gather",  # Megatron-LM's all-gather of a pipeline tensor's 1/tp slices (scatter_gather_tensors_in_pipeline)
     "sync",  # barriers and other control
     "amax",  # Transformer Engine delayed scaling's amax MAX all-reduce (simgrid.schedules.lower.amax_reduction)
 ]
@@ -152,6 +153,11 @@ class Send:
     """Matching key; the peer's :class:`Recv` carries an equal key."""
     handle: str
     """Name a later :class:`Wait` uses; unique within the rank."""
+    grouped: bool = False
+    """Part of an NCCL group (``batch_isend_irecv``): runs on its own direction's stream to the peer
+    (``p2p:<peer>:send``), so a group's send and receive to one peer run at once, as NCCL runs a group's ops;
+    otherwise a peer pair's sends and receives share ``p2p:<peer>`` in issue order (separate ``isend`` /
+    ``irecv``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,6 +172,11 @@ class Recv:
     """Matching key; the peer's :class:`Send` carries an equal key."""
     handle: str
     """Name a later :class:`Wait` uses; unique within the rank."""
+    grouped: bool = False
+    """Part of an NCCL group (``batch_isend_irecv``): runs on its own direction's stream to the peer
+    (``p2p:<peer>:recv``), so a group's send and receive to one peer run at once, as NCCL runs a group's ops;
+    otherwise a peer pair's sends and receives share ``p2p:<peer>`` in issue order (separate ``isend`` /
+    ``irecv``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,16 +257,24 @@ CommOp = Send | Recv | Collective | Transfer
 
 
 def stream_of(op: Op) -> str:
-    """The stream an op runs on: ``compute``, ``host``, ``comm:<group>``, ``p2p:<peer>`` or ``pcie:<dir>``."""
+    """The stream an op runs on: ``compute``, ``host``, ``comm:<group>``, ``p2p:<peer>`` (``p2p:<peer>:send`` /
+    ``:recv`` when grouped) or ``pcie:<dir>``."""
     if isinstance(op, Compute):
         return "host" if op.device == "cpu" else "compute"
     if isinstance(op, Collective):
         return f"comm:{op.group}"
     if isinstance(op, (Send, Recv)):
-        return f"p2p:{op.peer}"
+        return p2p_stream(op)
     if isinstance(op, Transfer):
         return f"pcie:{op.direction}"
     return "compute"
+
+
+def p2p_stream(op: Send | Recv) -> str:
+    """``p2p:<peer>``, or ``p2p:<peer>:send`` / ``p2p:<peer>:recv`` for a grouped op (:attr:`Send.grouped`)."""
+    if not op.grouped:
+        return f"p2p:{op.peer}"
+    return f"p2p:{op.peer}:{'send' if isinstance(op, Send) else 'recv'}"
 
 
 def block_name(block: int, num_layers: int) -> str:

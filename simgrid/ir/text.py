@@ -4,6 +4,7 @@ Grammar: ``MNEMONIC key=value key=value ...`` separated by whitespace, e.g.::
 
     F stage=1 mb=0 chunk=0 blocks=3:5 flops=123.0 hbm=4.5 gemm=2048x3072x768 kernels=6
     SEND peer=1 bytes=1024 key=0>1:F:3 handle=sF0
+    RECV peer=1 bytes=1024 key=1>0:B:3 handle=rB0 grouped=true
     ALL_REDUCE group=tp/pp0-dp0 bytes=4096 purpose=tp handle=ar7 label=b3:fwd
     D2H bytes=4096 handle=g0 label=grads
     WAIT handle=sF0
@@ -13,7 +14,7 @@ Grammar: ``MNEMONIC key=value key=value ...`` separated by whitespace, e.g.::
 Mnemonics: the compute kind (``F B I W R OPT``), ``SEND``, ``RECV``, the collective kind in capitals
 (``ALL_REDUCE`` ...), the transfer direction in capitals (``D2H``, ``H2D``), ``WAIT``, ``ALLOC``, ``FREE``.
 Fields with a default are written only when they differ from it. Integers are written in decimal and
-floats with ``repr`` (so ``parse_op(format_op(op)) == op`` exactly, int/float type included: a token that
+floats with ``repr``, booleans as ``true`` / ``false`` (so ``parse_op(format_op(op)) == op`` exactly, int/float type included: a token that
 is a plain integer parses as ``int``). Strings are written bare unless empty, containing whitespace or
 non-printable characters, or a ``"``; then they are JSON-quoted (``label="a b"``).
 Structured fields: ``key=SRC>DST:DIR:MB``, ``blocks=START:END``, ``gemm=MxNxK``, ``attnshape=SQxSKVxD``
@@ -184,10 +185,23 @@ def _dec_gemm(s: str) -> tuple[int, int, int]:
     return _int_token(m[1]), _int_token(m[2]), _int_token(m[3])
 
 
+def _enc_bool(v: Any) -> str:
+    if type(v) is not bool:
+        raise _BadValue("true or false")
+    return "true" if v else "false"
+
+
+def _dec_bool(s: str) -> bool:
+    if s not in ("true", "false"):
+        raise _BadValue("true or false")
+    return s == "true"
+
+
 _INT = _Codec("an integer", _enc_int, _dec_int)
 _NUM = _Codec("a number", _enc_num, _dec_num)
 _STR = _Codec("a string (JSON-quoted if it has spaces)", _enc_str, _dec_str)
 _KEY = _Codec("SRC>DST:DIR:MB", _enc_key, _dec_key)
+_BOOL = _Codec("true or false", _enc_bool, _dec_bool)
 _BLOCKS = _Codec("START:END", _enc_blocks, _dec_blocks)
 _GEMM = _Codec("MxNxK", _enc_gemm, _dec_gemm)
 
@@ -248,8 +262,10 @@ _FIELDS: dict[type, tuple[_Field, ...]] = {
         _f("device", "device", _choice(("gpu", "cpu")), "gpu"),
         _f("host", "host_s", _NUM, 0.0),
     ),
-    Send: (_f("peer", "peer", _INT), _f("bytes", "bytes", _INT), _f("key", "key", _KEY), _f("handle", "handle", _STR)),
-    Recv: (_f("peer", "peer", _INT), _f("bytes", "bytes", _INT), _f("key", "key", _KEY), _f("handle", "handle", _STR)),
+    Send: (_f("peer", "peer", _INT), _f("bytes", "bytes", _INT), _f("key", "key", _KEY), _f("handle", "handle", _STR),
+          _f("grouped", "grouped", _BOOL, False)),
+    Recv: (_f("peer", "peer", _INT), _f("bytes", "bytes", _INT), _f("key", "key", _KEY), _f("handle", "handle", _STR),
+          _f("grouped", "grouped", _BOOL, False)),
     Collective: (
         _f("group", "group", _STR),
         _f("bytes", "bytes", _INT),

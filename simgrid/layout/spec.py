@@ -238,6 +238,12 @@ class Layout:
     of pp. ``megatron-batched`` is Megatron-LM's path without that overlap (Megatron-Core's 1F1B, and Megatron-LM
     2021/2022): each schedule call's sends and receives are one batch, waited for at once
     (:mod:`simgrid.schedules.lower.p2p_batched`); needs ``1f1b``, or ``interleaved-1f1b`` with m a multiple of pp."""
+    p2p_scatter_gather: bool = False
+    """Megatron-LM's ``scatter_gather_tensors_in_pipeline`` (on by default from March 2021 to 2022: arguments.py line
+    577 at 64a83fb, 585 at e269e20, 761 at 2755bcb87b): each tensor-parallel rank sends only its ``1/tp`` slice of
+    the boundary tensor and the receiver all-gathers the slices over its tensor-parallel group after the batch
+    (p2p_communication.py ``_communicate``). Needs ``p2p_order = "megatron-batched"`` (that code path) and no
+    sequence parallelism (which already sends ``s/tp``; 2755bcb87b turns scatter-gather off under it, line 64)."""
     dropout: DropoutPolicy = "auto"
     """Whether the run trains with dropout (hidden and attention probability > 0): its masks (HBM bytes and
     saved activations, :mod:`simgrid.model.kernels`, :mod:`simgrid.model.activations`) and the unfused core's
@@ -275,7 +281,7 @@ class Layout:
         _choice("dropout", self.dropout, DROPOUT_POLICIES)
         for flag in ("sequence_parallel", "flash_attention", "offload_optimizer", "overlap_grad_reduce",
                      "tp_comm_overlap", "overlap_param_gather", "tp_async_grad_comm", "grad_accumulation_fusion",
-                     "fp8_params", "fp8_attention_amax"):
+                     "fp8_params", "fp8_attention_amax", "p2p_scatter_gather"):
             if not isinstance(getattr(self, flag), bool):
                 raise LayoutError(f"layout: {flag} = {getattr(self, flag)!r} must be true or false")
         if isinstance(self.bucket_size_MB, bool) or not isinstance(self.bucket_size_MB, int | float):
@@ -375,6 +381,12 @@ class Layout:
                 f"layout: p2p_order 'megatron-batched' is Megatron-LM's batched, synchronised p2p of its 1F1B and "
                 f"interleaved schedules, which needs schedule '1f1b', or 'interleaved-1f1b' with m a multiple of pp "
                 f"(schedule = {self.schedule!r}, pp = {self.pp}, m = {m}); use p2p_order 'witness' or change the layout"
+            )
+        if self.p2p_scatter_gather and (self.p2p_order != "megatron-batched" or self.sequence_parallel):
+            raise LayoutError(
+                f"layout: p2p_scatter_gather is Megatron-LM's batched p2p of 1/tp slices, gathered over tp, which "
+                f"needs p2p_order 'megatron-batched' and no sequence parallelism (p2p_order = {self.p2p_order!r}, "
+                f"sequence_parallel = {self.sequence_parallel}); set those or drop p2p_scatter_gather"
             )
         if self.p2p_order == "megatron-core" and (self.schedule != "interleaved-1f1b" or m % self.pp):
             # Megatron-LM 338af514 arguments.py lines 271-277 turn overlap_p2p_comm off without interleaving;

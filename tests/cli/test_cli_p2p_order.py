@@ -40,3 +40,23 @@ def test_megatron_core_order_outside_the_interleaved_schedule_is_one_line(capsys
 def test_bad_p2p_order_is_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*SIMULATE, "--p2p-order", "nccl"]) == 2
     assert "p2p_order = 'nccl' is not one of witness, megatron-core" in _one_error_line(capsys.readouterr().err)
+
+
+def test_p2p_scatter_gather_flag_reaches_the_layout(capsys: pytest.CaptureFixture[str]) -> None:
+    """--p2p-scatter-gather (Megatron-LM 2021/2022's pipeline tensors as 1/tp slices, all-gathered over tp) reaches
+    the layout and changes the step time of a tp 2 x pp 2 run."""
+    base = ["simulate", "--model", "gpt3-1.3b", "--cluster", "dgx-a100-hdr", "--gpus", "16", "--tp", "8", "--pp",
+            "2", "--mbs", "1", "--gbs", "8", "--schedule", "1f1b", "--p2p-order", "megatron-batched", "--json"]
+    times = []
+    for extra in ([], ["--p2p-scatter-gather"]):
+        assert main([*base, *extra]) in (0, None)
+        out = json.loads(capsys.readouterr().out)
+        assert out["layout"]["p2p_scatter_gather"] is bool(extra)
+        times.append(out["step_time_s"])
+    assert times[0] != times[1]
+
+
+def test_p2p_scatter_gather_needs_the_batched_order_and_no_sp(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*SIMULATE, "--p2p-scatter-gather"]) == 2
+    line = _one_error_line(capsys.readouterr().err)
+    assert "p2p_scatter_gather is Megatron-LM's batched p2p" in line and "p2p_order = 'witness'" in line

@@ -131,6 +131,15 @@ def test_run_with_tp_comm_overlap_is_refused_before_launch(capsys: pytest.Captur
     assert len(err.strip().splitlines()) == 1
 
 
+def test_run_with_p2p_scatter_gather_is_refused_before_launch(capsys: pytest.CaptureFixture[str]) -> None:
+    """--p2p-scatter-gather (pipeline tensors as 1/tp slices, all-gathered over tp) is priced, not run: exit 2."""
+    assert main(["run", "--tp", "2", "--pp", "2", "--gbs", "4", "--p2p-order", "megatron-batched",
+                 "--p2p-scatter-gather"]) == 2
+    err = capsys.readouterr().err
+    assert "executor: p2p_scatter_gather = true" in err and "without --p2p-scatter-gather" in err
+    assert len(err.strip().splitlines()) == 1
+
+
 def test_run_with_overlap_param_gather_is_refused_before_launch(capsys: pytest.CaptureFixture[str]) -> None:
     """--overlap-param-gather (ZeRO-1 gathers deferred to the next step) is simulator-only: exit 2, one line."""
     assert main(["run", "--dp", "2", "--zero", "1", "--overlap-param-gather"]) == 2

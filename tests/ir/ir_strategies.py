@@ -45,8 +45,8 @@ computes = st.builds(
     host_s=numbers,
     gemm_streams=ints,
 )
-sends = st.builds(Send, peer=ints, bytes=ints, key=keys, handle=names)
-recvs = st.builds(Recv, peer=ints, bytes=ints, key=keys, handle=names)
+sends = st.builds(Send, peer=ints, bytes=ints, key=keys, handle=names, grouped=st.booleans())
+recvs = st.builds(Recv, peer=ints, bytes=ints, key=keys, handle=names, grouped=st.booleans())
 collectives = st.builds(
     Collective,
     kind=st.sampled_from(COLLECTIVE_KINDS),

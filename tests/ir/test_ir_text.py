@@ -15,11 +15,13 @@ from simgrid.ir import (
     Compute,
     Free,
     P2PKey,
+    Recv,
     Send,
     Transfer,
     Wait,
     format_op,
     parse_op,
+    stream_of,
 )
 
 
@@ -107,6 +109,19 @@ def test_gemm_streams_and_userbuffers_kernel_round_trip() -> None:
     assert "kernel=" not in format_op(plain) and "streams=" not in format_op(dataclasses.replace(c, gemm_streams=1))
 
 
+def test_a_grouped_transfer_round_trips_and_runs_on_its_direction_stream() -> None:
+    """``grouped=true`` (an NCCL group's op) is written only when set; a grouped op has its own direction's stream
+    to the peer, an ungrouped one shares ``p2p:<peer>`` with both directions."""
+    key = P2PKey(src_stage=0, dst_stage=1, microbatch=2, direction="F")
+    send = Send(peer=1, bytes=8, key=key, handle="s", grouped=True)
+    recv = Recv(peer=1, bytes=8, key=key, handle="r", grouped=True)
+    assert format_op(send) == "SEND peer=1 bytes=8 key=0>1:F:2 handle=s grouped=true"
+    assert parse_op(format_op(send)) == send and parse_op(format_op(recv)) == recv
+    assert (stream_of(send), stream_of(recv)) == ("p2p:1:send", "p2p:1:recv")
+    plain = dataclasses.replace(send, grouped=False)
+    assert "grouped" not in format_op(plain) and stream_of(plain) == stream_of(dataclasses.replace(recv, grouped=False))
+
+
 def test_strings_with_spaces_are_json_quoted() -> None:
     """A label with a space is quoted so the line still splits into key=value tokens."""
     op = Collective(kind="barrier", group="world", bytes=0, purpose="sync", handle="b 0", label='say "hi"')
@@ -131,6 +146,7 @@ def test_whitespace_between_tokens_is_free() -> None:
         ("ALLOC name=a bytes=1.5 category=weights", r"bytes='1.5' is not valid; expected an integer"),
         ("ALLOC name=a bytes=1 category=cats", r"category='cats' is not valid; expected one of weights"),
         ("SEND peer=1 bytes=1 key=0-1 handle=h", r"key='0-1' is not valid; expected SRC>DST:DIR:MB"),
+        ("RECV peer=1 bytes=1 key=0>1:F:0 handle=h grouped=1", r"grouped='1' is not valid; expected true or false"),
         ("F stage=0 mb=0 chunk=0 blocks=3 flops=1 hbm=0", r"blocks='3' is not valid; expected START:END"),
         ("F stage=0 mb=0 chunk=0 blocks=0:1 flops=x hbm=0", r"flops='x' is not valid; expected a number"),
         ("WAIT handle", r"token 'handle' is not key=value"),

@@ -9,7 +9,7 @@ from schedule_helpers import context, flat
 
 from simgrid.errors import LayoutError
 from simgrid.ir.dryrun import cost_by_kind, dry_run
-from simgrid.ir.ops import Compute, Op, Recv, Send, Wait
+from simgrid.ir.ops import Collective, Compute, Op, Recv, Send, Wait
 from simgrid.ir.program import Program
 from simgrid.ir.validate import validate_program
 from simgrid.layout.spec import Layout
@@ -75,3 +75,51 @@ def test_layout_refuses_batched_order_outside_megatrons_schedules() -> None:
         Layout(pp=2, schedule="gpipe", global_batch_size=2, p2p_order="megatron-batched")
     with pytest.raises(LayoutError, match=r"m = 6\)"):
         Layout(pp=4, vpp=2, schedule="interleaved-1f1b", global_batch_size=6, p2p_order="megatron-batched")
+
+
+def test_every_batched_transfer_is_one_group_and_witness_ones_are_not() -> None:
+    """A call is one batch_isend_irecv, an NCCL group: its ops carry ``grouped`` (their own direction streams);
+    the witness order's separate isend / irecv do not."""
+    for order, grouped in (("megatron-batched", True), ("witness", False)):
+        ctx = context("stage", p2p_order=order, pp=4, vpp=2, schedule="interleaved-1f1b", global_batch_size=8)
+        ranks = [flat(role) for role in add_pipeline_p2p(ctx, [compute_steps(ctx, r) for r in range(4)])]
+        flags = {op.grouped for ops in ranks for op in ops if isinstance(op, (Send, Recv))}
+        assert flags == {grouped}
+
+
+def _gather_ranks(**layout: object) -> tuple[int, list[list[Op]]]:
+    ctx = context("stage", p2p_order="megatron-batched", p2p_scatter_gather=True, **layout)
+    roles = add_pipeline_p2p(ctx, [compute_steps(ctx, r) for r in range(ctx.layout.pp)])
+    return ctx.p2p_bytes, [flat(role) for role in roles]
+
+
+def test_scatter_gather_sends_a_tp_slice_and_gathers_it_after_the_call() -> None:
+    """Megatron-LM ``_communicate`` (e269e20 p2p_communication.py lines 61-64, 88-92, 133-141): each TP rank sends
+    1/tp of the tensor; after the batch (and its synchronize) each received slice is all-gathered over TP, whole
+    size, waited for, before the compute that uses it. pp 2, m 2, tp 2: rank 1 receives F0 and F1, rank 0 B0, B1."""
+    size, ranks = _gather_ranks(pp=2, tp=2, schedule="1f1b", global_batch_size=2)
+    transfers = [op for ops in ranks for op in ops if isinstance(op, (Send, Recv))]
+    assert {op.bytes for op in transfers} == {size // 2}
+    gathers = {rank: [op for op in ops if isinstance(op, Collective)] for rank, ops in enumerate(ranks)}
+    assert [len(g) for g in gathers.values()] == [2, 2]
+    for rank, ops in enumerate(ranks):
+        for op in gathers[rank]:
+            assert (op.kind, op.purpose, op.bytes) == ("all_gather", "pp-gather", size) and "tp" in op.group
+            at = ops.index(op)
+            recv = next(o for o in ops if isinstance(o, Recv) and op.handle == f"gather:{o.handle}")
+            waits = [i for i, o in enumerate(ops) if isinstance(o, Wait) and o.handle == recv.handle]
+            consumer = next(i for i, o in enumerate(ops) if isinstance(o, Compute) and i > at)
+            assert waits[0] < at < ops.index(Wait(handle=op.handle)) < consumer
+
+
+def test_scatter_gather_without_tp_is_the_plain_batch_and_layout_messages() -> None:
+    size, ranks = _gather_ranks(pp=2, schedule="1f1b", global_batch_size=2)
+    assert not any(isinstance(op, Collective) for ops in ranks for op in ops)
+    assert {op.bytes for ops in ranks for op in ops if isinstance(op, Send)} == {size}
+    with pytest.raises(LayoutError, match=r"p2p_scatter_gather is Megatron-LM's batched p2p .*sequence_parallel = "
+                                          r"True\); set those or drop p2p_scatter_gather"):
+        Layout(pp=2, tp=2, schedule="1f1b", global_batch_size=2, p2p_order="megatron-batched",
+               sequence_parallel=True, p2p_scatter_gather=True)
+    with pytest.raises(LayoutError, match=r"p2p_order = 'megatron-core'"):
+        Layout(pp=2, tp=2, vpp=2, schedule="interleaved-1f1b", global_batch_size=2, p2p_order="megatron-core",
+               p2p_scatter_gather=True)

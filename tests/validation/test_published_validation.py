@@ -90,6 +90,22 @@ def test_megatron_layouts_follow_the_paper() -> None:
     assert (trillion.dp, trillion.schedule) == (6, "1f1b")
 
 
+def test_pipelined_rows_run_megatron_lms_batched_scatter_gather_p2p() -> None:
+    """The 2021/2022 code's p2p (docs/design.md, "Pipeline p2p groups (session 16)"): batched calls with the
+    scatter-gather over tp, which Korthikanti's sequence-parallel setting turns off; pp = 1 rows have no p2p;
+    ``--p2p witness`` gives the simulator's own order back."""
+    by_name = {r.name: r for r in published.MEGATRON_SC21_TABLE1}
+    big = published.megatron_layout(by_name["megatron-145.6b"])
+    assert (big.p2p_order, big.p2p_scatter_gather) == ("megatron-batched", True)
+    assert published.megatron_layout(by_name["megatron-1.7b"]).p2p_order == "witness"
+    witness = published.megatron_layout(by_name["megatron-145.6b"], "witness")
+    assert (witness.p2p_order, witness.p2p_scatter_gather) == ("witness", False)
+    row = next(r for r in published.KORTHIKANTI_TABLE5 if r.name == "korthikanti-530b")
+    full, sp = (published.korthikanti_layout(row, s) for s in ("full", "selective-sp"))
+    assert (full.p2p_order, full.p2p_scatter_gather, sp.p2p_order, sp.p2p_scatter_gather) == (
+        "megatron-batched", True, "megatron-batched", False)
+
+
 SMALL_ROWS = ("megatron-1.7b", "megatron-7.5b", "megatron-18.4b")
 
 

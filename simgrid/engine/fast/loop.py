@@ -363,8 +363,8 @@ class FastLoop:
                 else:  # post a communication op
                     if t is Collective:
                         key: Any = op.group
-                    elif t is Send or t is Recv:
-                        key = op.peer
+                    elif t is Send or t is Recv:  # a grouped op has its own direction's stream (Send.grouped)
+                        key = op.peer if not op.grouped else f"{op.peer}:{'send' if t is Send else 'recv'}"
                     elif t is Transfer:
                         key = ("pcie", op.direction)
                     else:
@@ -402,10 +402,10 @@ class FastLoop:
                         match: Any = (key, seq)
                     elif t is Send:
                         k = op.key
-                        match, expected = (st.rank, key, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
+                        match, expected = (st.rank, op.peer, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
                     elif t is Recv:
                         k = op.key
-                        match, expected = (key, st.rank, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
+                        match, expected = (op.peer, st.rank, k.src_stage, k.dst_stage, k.microbatch, k.direction), 2
                     else:
                         start([op, 1, [comm]])
                         continue

@@ -23,7 +23,7 @@ from typing import Any
 
 from simgrid.engine.memory import MemoryEvent
 from simgrid.gcpause import collector_paused
-from simgrid.ir import Alloc, Collective, Compute, Free, Op, Recv, Send, Wait
+from simgrid.ir import Alloc, Collective, Compute, Free, Op, Recv, Send, Transfer, Wait
 from simgrid.trace import TraceRow, p2p_match_id
 
 _row: Any = tuple.__new__
@@ -55,7 +55,8 @@ def _rows(tape: Sequence[Any]) -> list[TraceRow]:
             continue
         i += 4
         # The stream label the loop gives the op's stream (one string per group, peer or direction).
-        key = op.group if t is Collective else op.peer if t is Send or t is Recv else ("pcie", op.direction)
+        key = (op.group if t is Collective else ("pcie", op.direction) if t is Transfer
+               else op.peer if not op.grouped else f"{op.peer}:{'send' if t is Send else 'recv'}")
         label = labels.get((t is Collective, key))
         if label is None:
             label = labels[(t is Collective, key)] = (

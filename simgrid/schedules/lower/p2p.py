@@ -31,7 +31,8 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from simgrid.errors import ScheduleError
-from simgrid.ir.ops import Alloc, Free, Op, P2PKey, Recv, Send, Wait
+from simgrid.ir.ops import Alloc, Collective, Free, Op, P2PKey, Recv, Send, Wait
+from simgrid.layout.mesh import Mesh
 from simgrid.schedules.lower.context import LoweringContext, Role
 from simgrid.schedules.lower.p2p_batched import batched_calls
 from simgrid.schedules.lower.p2p_megatron import match_calls, megatron_calls, megatron_order
@@ -160,27 +161,53 @@ def _megatron_placement(ctx: LoweringContext, place: _Placement, peer: list[int]
                                        interleaved))
         else:
             calls.append(megatron_calls(lay.pp, lay.vpp, ctx.num_microbatches, rank, steps["F"], steps["B"]))
+    # A batched call is one batch_isend_irecv, an NCCL group: its ops run at once (Send.grouped).
+    grouped = lay.p2p_order == "megatron-batched"
+    wire, gather = _scatter_gather(ctx, size)
     consumers = {t.key: t.consumer_step for t in transfers}
     sent = {(t.src_rank, t.producer_step): t.key for t in transfers}
     for rank, items in enumerate(match_calls(lay.pp, calls, sent, consumers)):
-        tails, pending = place.tails[rank], []
+        tails = place.tails[rank]
+        pending: list[Op] = []
+        gathers: list[Op] = []
         for index, p in enumerate(items):
             handle = _handle(p.kind, p.key)
             if p.kind == "send":
-                tails[p.call.step].append(Send(peer=peer[p.peer], bytes=size, key=p.key, handle=handle))
-            else:
+                tails[p.call.step].append(Send(peer=peer[p.peer], bytes=wire, key=p.key, handle=handle,
+                                               grouped=grouped))
+            else:  # the buffer is sized for the (gathered) whole tensor, which lives until its consumer
                 tails[p.call.step] += [Alloc(name=handle, bytes=size, category="comm"),
-                                       Recv(peer=peer[p.peer], bytes=size, key=p.key, handle=handle)]
+                                       Recv(peer=peer[p.peer], bytes=wire, key=p.key, handle=handle, grouped=grouped)]
                 place.ends[rank][consumers[p.key]].append(Free(name=handle))
-            if p.call.blocking:  # waited right after the call's last op
+                if gather:
+                    gathers += [Collective(kind="all_gather", group=Mesh.tp_group_name(ctx.coord(rank)), bytes=size,
+                                           purpose="pp-gather", handle=f"gather:{handle}", label="pp-gather"),
+                                Wait(handle=f"gather:{handle}")]
+            if p.call.blocking:  # waited right after the call's last op, then its receives gathered
                 pending.append(Wait(handle=handle))
                 if index + 1 == len(items) or items[index + 1].call is not p.call:
-                    tails[p.call.step] += pending
-                    pending = []
+                    tails[p.call.step] += pending + gathers
+                    pending, gathers = [], []
             elif p.call.wait_step is not None:
                 place.heads[rank][p.call.wait_step].append(Wait(handle=handle))
             else:  # the step's last forward send: Megatron never waits for it in the schedule
                 place.send_waits[rank].append(Wait(handle=handle))
+
+
+def _scatter_gather(ctx: LoweringContext, size: int) -> tuple[int, bool]:
+    """(bytes each rank sends, whether the receiver all-gathers over tp) under ``Layout.p2p_scatter_gather``.
+
+    Megatron-LM ``_communicate`` (p2p_communication.py at 2755bcb87b lines 63-72, 96-102, 142-156; e269e20 lines
+    61-64, 88-92, 133-141): each tensor-parallel rank sends the ``1/tp`` slice ``split_tensor_into_1d_equal_chunks``
+    makes, and after the batch and ``torch.cuda.synchronize()`` every received slice is put back together by
+    ``gather_split_1d_tensor``, a synchronous ``all_gather`` on the tensor-parallel group (mpu/random.py lines
+    113-124 at e269e20). 2755bcb87b sends the tensor whole when tp does not divide its elements (lines 66-72),
+    which cannot happen here: tp divides the heads, so the hidden size.
+    """
+    lay = ctx.layout
+    if not lay.p2p_scatter_gather or lay.tp == 1:
+        return size, False
+    return size // lay.tp, True
 
 
 def add_pipeline_p2p(ctx: LoweringContext, roles: list[Role]) -> list[Role]:

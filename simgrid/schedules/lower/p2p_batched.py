@@ -15,13 +15,20 @@ waited for, followed by ``torch.cuda.synchronize()`` (p2p_communication.py lines
   so the forward's output leaves only after the backward; the cool-down as in the overlapped path.
 
 Every call is blocking (waited right after it is issued). The ops of one batch run concurrently in NCCL (one
-group); on the IR's one stream per peer pair they run one after the other, in a canonical order both ends share
-(activations before gradients, then by sender), which can only make a batch slower than NCCL's.
+group): the lowering marks them ``grouped`` (:class:`simgrid.ir.ops.Send`), so a send and a receive to one peer
+run at once on their own direction streams. Both ends issue them in one canonical order (activations before
+gradients, then by sender), which orders two sends to one peer in a group (pp 2) the same way on both ends.
 """
 
 from __future__ import annotations
 
-from simgrid.schedules.lower.p2p_megatron import Call, forward_chunk, warmup_steps
+from simgrid.schedules.lower.p2p_megatron import (
+    Call,
+    forward_chunk,
+    steady_recv_backward,
+    steady_recv_forward,
+    warmup_steps,
+)
 
 
 def _ordered(ops: list[tuple[str, str, int]], rank: int, pp: int) -> list[tuple[str, str, int]]:
@@ -90,18 +97,10 @@ def _interleaved(pp: int, vpp: int, m: int, rank: int, f_steps: list[int], b_ste
         ops = [] if last and chunk_f(fk) == vpp - 1 else [("send", "F", chunk_f(fk))]
         if not (first and chunk_b(k) == 0):
             ops.append(("send", "B", chunk_b(k)))
-        if first:
-            c = chunk_f(fk - (pp - 1))
-            recv_f, into_f = c != vpp - 1, c + 1
-        else:
-            recv_f, into_f = True, chunk_f(fk + 1)
+        recv_f, into_f = steady_recv_forward(pp, vpp, rank, fk)  # the wrap lock-step, as p2p_megatron
         if recv_f and k != remaining - 1:
             ops.append(("recv", "F", into_f))
-        if last:
-            c = chunk_b(k - (pp - 1))
-            recv_b, into_b = c != 0, c - 1
-        else:
-            recv_b, into_b = True, chunk_b(k + 1)
+        recv_b, into_b = steady_recv_backward(pp, vpp, rank, k)
         if recv_b:
             ops.append(("recv", "B", into_b))
         calls.append(Call(step=b_steps[k], ops=ops, made={"F": f_steps[fk]}))

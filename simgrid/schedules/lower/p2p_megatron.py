@@ -99,20 +99,12 @@ def megatron_calls(pp: int, vpp: int, m: int, rank: int, f_steps: list[int], b_s
     for k in range(remaining):  # lines 869-968
         fk = k + warmup
         send = not (last and chunk_f(fk) == vpp - 1)
-        if first:  # lines 906-914: in lock-step with the last rank
-            c = chunk_f(fk - (pp - 1))
-            recv, into = c != vpp - 1, c + 1
-        else:
-            recv, into = True, chunk_f(fk + 1)
+        recv, into = steady_recv_forward(pp, vpp, rank, fk)
         recv = recv and k != remaining - 1
         calls.append(call(f_steps[fk], ("send", "F", chunk_f(fk)) if send else None,
                           ("recv", "F", into) if recv else None, next_f(fk)))
         send = not (first and chunk_b(k) == 0)
-        if last:  # lines 950-958
-            c = chunk_b(k - (pp - 1))
-            recv, into = c != 0, c - 1
-        else:
-            recv, into = True, chunk_b(k + 1)
+        recv, into = steady_recv_backward(pp, vpp, rank, k)
         calls.append(call(b_steps[k], ("send", "B", chunk_b(k)) if send else None,
                           ("recv", "B", into) if recv else None, b_steps[k + 1]))
     for k in range(remaining, total):  # lines 1058-1071, not overlapped
@@ -140,6 +132,26 @@ def forward_chunk(pp: int, vpp: int, k: int) -> int:
     """Local model chunk of a rank's forward ``k`` (``get_model_chunk_id``, schedules.py lines 625-631); backward
     ``k`` runs chunk ``vpp - 1 -`` that."""
     return (k % (pp * vpp)) // pp
+
+
+def steady_recv_forward(pp: int, vpp: int, rank: int, fk: int) -> tuple[bool, int]:
+    """After steady-state forward ``fk``: whether rank ``rank`` receives an activation, and the local chunk it files
+    it under. The first rank decides in lock-step with the last rank, ``pp - 1`` forwards behind it (schedules.py
+    lines 906-915 at 338af514; lines 297-306 at e269e20): nothing comes when the last rank's forward then ran its
+    last chunk. Shared by the overlapped and the batched calls."""
+    if rank == 0:
+        c = forward_chunk(pp, vpp, fk - (pp - 1))
+        return c != vpp - 1, c + 1
+    return True, forward_chunk(pp, vpp, fk + 1)
+
+
+def steady_recv_backward(pp: int, vpp: int, rank: int, k: int) -> tuple[bool, int]:
+    """After steady-state backward ``k``: whether rank ``rank`` receives a gradient, and the local chunk it files it
+    under; the last rank mirrors the first rank's lock-step (lines 950-958 at 338af514; lines 309-318 at e269e20)."""
+    if rank == pp - 1:
+        c = vpp - 1 - forward_chunk(pp, vpp, k - (pp - 1))
+        return c != 0, c - 1
+    return True, vpp - 1 - forward_chunk(pp, vpp, k + 1)
 
 
 def warmup_steps(pp: int, vpp: int, m: int, rank: int) -> int:
