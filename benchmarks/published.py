@@ -142,14 +142,17 @@ def _with_p2p(layout: Layout, p2p: str) -> Layout:
 def megatron_layout(row: MegatronRow, p2p: str = ROWS_P2P) -> Layout:
     """SC'21 Table 1 layout: full recompute, dp = GPUs / (tp * pp), the row's micro-batch and vpp.
 
-    The gradient all-reduce runs after the last backward, not overlapped with it: the SC'21 code
-    (Megatron-LM 2021, ``--DDP-impl local``, the default) calls ``allreduce_gradients()`` in
-    ``train_step`` once ``forward_backward_func`` has returned.
+    The data-parallel implementation is the one Table 1's own launch script picks per row
+    (examples/sc21/run_table_1.sh at Megatron-LM e269e20, passed as ``--DDP-impl ${DDP}`` by CONFIG.sh):
+    ``DDP=torch`` for the four rows without pipelining (1.7B-18B, lines 22, 33, 44, 55), i.e. PyTorch's
+    DistributedDataParallel, whose 25 MB buckets all-reduce during the backward (``overlap_grad_reduce``);
+    ``DDP=local`` for the pipelined rows (line 66 on), Megatron's own DDP, whose ``allreduce_gradients()``
+    ``train_step`` calls once ``forward_backward_func`` has returned (all-reduce after the last backward).
     """
     return _with_p2p(Layout(dp=row.gpus // (row.tp * row.pp), tp=row.tp, pp=row.pp, vpp=row.vpp,
                             micro_batch_size=row.microbatch, global_batch_size=row.global_batch,
                             schedule=pipeline_schedule(row.pp, row.vpp), recompute="full",  # type: ignore[arg-type]
-                            precision=PRECISION, overlap_grad_reduce=False), p2p)
+                            precision=PRECISION, overlap_grad_reduce=row.pp == 1), p2p)
 
 
 def describe(layout: Layout) -> str:

@@ -97,9 +97,11 @@ def cost_model_checks() -> list[str]:
                      "fp16 optimizer of 2021 moves about 52: grad copy, unscale, norm, Adam, param copy).")
     overlap_fields = [f.name for f in dataclasses.fields(Layout) if "overlap" in f.name]
     lines.append("- Data-parallel gradient all-reduce: " + (
-        f"the SC'21 rows set {overlap_fields[0]} = False (all-reduce after the last backward, as "
-        "Megatron-LM 2021's local DDP did); the cost is exposed in the dp column." if overlap_fields else
-        "always overlapped with the backward where buckets allow; Megatron-LM 2021 (the SC'21 runs) "
+        f"the pipelined SC'21 rows set {overlap_fields[0]} = False (all-reduce after the last backward, as "
+        "Megatron-LM 2021's local DDP did, run_table_1.sh DDP=local); the rows without pipelining ran PyTorch "
+        "DDP (DDP=torch), whose buckets all-reduce during the backward; the exposed part is in the dp column."
+        if overlap_fields else
+        "always overlapped with the backward where buckets allow; Megatron-LM 2021's pipelined SC'21 runs "
         "all-reduced after the last backward."))
     return lines
 

@@ -88,6 +88,10 @@ def test_megatron_layouts_follow_the_paper() -> None:
     assert (big.dp, big.vpp, big.schedule, big.num_microbatches) == (24, 2, "interleaved-1f1b", 48)
     trillion = published.megatron_layout(by_name["megatron-1t"])
     assert (trillion.dp, trillion.schedule) == (6, "1f1b")
+    # run_table_1.sh: DDP=torch (all-reduce overlapped with the backward) without pipelining, DDP=local with it
+    assert [published.megatron_layout(r).overlap_grad_reduce for r in published.MEGATRON_SC21_TABLE1] == [
+        r.pp == 1 for r in published.MEGATRON_SC21_TABLE1]
+    assert sum(r.pp == 1 for r in published.MEGATRON_SC21_TABLE1) == 4
 
 
 def test_pipelined_rows_run_megatron_lms_batched_scatter_gather_p2p() -> None:
