@@ -14,7 +14,7 @@ No NVIDIA GPT-3 result on H200 exists in either round; B200 is in :data:`MLPERF_
 from __future__ import annotations
 
 from devrow import DevRow, Source
-from mlperf_data import _ASSUMED, mlperf_row
+from mlperf_data import V31_ASSUMED, mlperf_row
 
 _R40 = "mlcommons/training_results_v4.0"
 _C40 = "62f111b7690f163b269f32e4f93dcaaa13717c9c"
@@ -63,7 +63,7 @@ _V4_ASSUMED = (
     "dropout_fuser = torch.compile (TE v1.6rc1 / v1.9 / v1.11 jit.py lines 16-18, PyTorch >= 2.2 in the 24.04 and "
     "24.09 containers), where aten.dropout with p = 0 decomposes to a copy and draws no mask (torch/_decomp/"
     "decompositions.py 'dropout'); cuDNN fused attention with dropout 0 draws nothing either",
-    *(a for a in _ASSUMED if a.startswith(("vocabulary", "cluster"))),
+    *(a for a in V31_ASSUMED if a.startswith(("vocabulary", "cluster"))),
 )
 _AMAX_TE = (
     "TE v1.6+ reduce_and_update_fp8_tensors (fp8.py lines 313-368 at v1.6rc1, 325-385 at v1.11) walks global buffers "
