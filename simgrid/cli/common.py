@@ -250,7 +250,8 @@ def add_layout_args(parser: argparse.ArgumentParser, *, lists: bool = False) -> 
 
 def fixed_recipe_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The layout fields a search keeps as given (optimizer, precision, offload, gradient sync, ZeRO-3
-    implementation, gradient reduce dtype and cross-entropy implementation)."""
+    implementation, gradient reduce dtype and cross-entropy implementation); :func:`layout_from_args` takes
+    them from here too, so a new recipe flag is read in one place."""
     return {"optimizer": args.optimizer, "precision": args.precision, "offload_optimizer": args.offload,
             "dp_mode": args.dp_mode, "bucket_size_MB": args.bucket_mb,
             "bucket_policy": getattr(args, "bucket_policy", "ddp"),
@@ -397,24 +398,14 @@ def layout_from_args(args: argparse.Namespace, *, gpus: int | None = None, order
         dp=dp, tp=tp, pp=pp, cp=cp, ep=getattr(args, "ep", None) or 1, etp=getattr(args, "etp", None),
         vpp=vpp, zero=args.zero, micro_batch_size=mbs, global_batch_size=gbs,
         schedule=args.schedule, recompute=args.recompute, sequence_parallel=args.sequence_parallel,
-        flash_attention=args.flash_attention, attention_kernel=getattr(args, "attention_kernel", "auto"),
-        kernel_fusion=getattr(args, "kernel_fusion", "fused"), precision=args.precision, optimizer=args.optimizer,
-        offload_optimizer=args.offload, dp_mode=args.dp_mode, bucket_size_MB=args.bucket_mb,
-        bucket_policy=getattr(args, "bucket_policy", "ddp"),
-        overlap_grad_reduce=getattr(args, "overlap_grad_reduce", True),
-        zero_impl=getattr(args, "zero_impl", "deepspeed"), reduce_dtype=getattr(args, "reduce_dtype", "param"),
+        flash_attention=args.flash_attention,
         tp_comm_overlap=getattr(args, "tp_comm_overlap", False),
         tp_async_grad_comm=getattr(args, "tp_async_grad_comm", False),
         grad_accumulation_fusion=getattr(args, "grad_accumulation_fusion", False),
         overlap_param_gather=getattr(args, "overlap_param_gather", False),
-        cross_entropy=getattr(args, "cross_entropy", "fused"), tp_impl=getattr(args, "tp_impl", "megatron"),
-        optimizer_impl=getattr(args, "optimizer_impl", "fused"),
-        checkpoint_impl=getattr(args, "checkpoint_impl", "reentrant"),
-        fp8_recipe=getattr(args, "fp8_recipe", "none"), fp8_params=getattr(args, "fp8_params", False),
-        fp8_amax_reduction=getattr(args, "fp8_amax_reduction", "stage"),
-        fp8_attention_amax=getattr(args, "fp8_attention_amax", True),
-        p2p_order=getattr(args, "p2p_order", "witness"), dropout=getattr(args, "dropout", "auto"),
+        p2p_order=getattr(args, "p2p_order", "witness"),
         p2p_scatter_gather=getattr(args, "p2p_scatter_gather", False),
+        **fixed_recipe_from_args(args),
     )
     if order is None:
         return Layout(**fields)
