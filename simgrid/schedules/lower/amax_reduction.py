@@ -52,6 +52,7 @@ from dataclasses import dataclass, replace
 from simgrid.ir.ops import Collective, Compute, Op, Wait
 from simgrid.layout.mesh import Mesh
 from simgrid.layout.spec import Layout
+from simgrid.model.blocks import stage_layer_counts
 from simgrid.schedules.lower.context import LoweringContext, Role
 
 AMAX_BYTES = 4
@@ -118,12 +119,6 @@ def amax_groups(layout: Layout) -> dict[str, tuple[int, ...]]:
     return {amax_group_name(p): tuple(range(p * size, (p + 1) * size)) for p in range(layout.pp)}
 
 
-def _layers(ctx: LoweringContext, stage: int) -> int:
-    """Transformer layers of a global stage (attention sub-blocks are the odd blocks ``1 .. 2L-1``)."""
-    last = 2 * ctx.model.num_layers
-    return sum(1 for b in ctx.blocks(stage) if 1 <= b <= last and b % 2 == 1)
-
-
 def _is_layer_op(op: Op, kinds: tuple[str, ...], last_block: int) -> bool:
     return isinstance(op, Compute) and op.kind in kinds and op.block_start <= last_block and op.block_end > 1
 
@@ -137,7 +132,8 @@ def add_amax_reduction(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
     mode = lay.fp8_amax_reduction
     group = amax_group_name(pp_rank) if mode == "stage" else Mesh.tp_group_name(ctx.coord(pp_rank))
     last_block = 2 * ctx.model.num_layers
-    rank_layers = sum(_layers(ctx, s) for s in ctx.stages_of(pp_rank))
+    stage_layers = stage_layer_counts(ctx.model, lay)
+    rank_layers = sum(stage_layers[s] for s in ctx.stages_of(pp_rank))
     pending: dict[str, list[Wait]] = {"F": [], "B": []}  # tp-async-region: handles the next run waits for
     for step in role:
         action = step.action
@@ -154,7 +150,7 @@ def add_amax_reduction(ctx: LoweringContext, role: Role, pp_rank: int) -> Role:
                 pending[direction] = []
             anchor = ops[at[-1]]
             assert isinstance(anchor, Compute)
-            layers = _layers(ctx, anchor.stage) if mode == "tp-async-region" else rank_layers
+            layers = stage_layers[anchor.stage] if mode == "tp-async-region" else rank_layers
             inserted: list[Op] = []
             folded_bytes = 0
             for key in keys:
