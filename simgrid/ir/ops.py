@@ -272,9 +272,15 @@ def stream_of(op: Op) -> str:
 
 def p2p_stream(op: Send | Recv) -> str:
     """``p2p:<peer>``, or ``p2p:<peer>:send`` / ``p2p:<peer>:recv`` for a grouped op (:attr:`Send.grouped`)."""
+    return f"p2p:{p2p_stream_key(op)}"
+
+
+def p2p_stream_key(op: Send | Recv) -> int | str:
+    """The key the engines keep a point-to-point op's stream under: the peer, or ``<peer>:send`` /
+    ``<peer>:recv`` for a grouped op (each direction of an NCCL group runs at once)."""
     if not op.grouped:
-        return f"p2p:{op.peer}"
-    return f"p2p:{op.peer}:{'send' if isinstance(op, Send) else 'recv'}"
+        return op.peer
+    return f"{op.peer}:{'send' if isinstance(op, Send) else 'recv'}"
 
 
 def block_name(block: int, num_layers: int) -> str:

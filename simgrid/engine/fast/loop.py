@@ -44,6 +44,7 @@ from simgrid.engine.overlap import USERBUFFERS_WEIGHT as _UB_WEIGHT
 from simgrid.engine.overlap import OverlapModel
 from simgrid.errors import SimulationError
 from simgrid.ir import Alloc, Collective, Compute, Free, Op, Program, Recv, Send, Transfer, Wait, format_op
+from simgrid.ir.ops import p2p_stream_key
 from simgrid.trace import PIPELINE_KINDS, PURPOSE_TO_COMM_KIND, TraceAggregates
 
 _ROWLESS = frozenset({Alloc, Free, Wait})
@@ -364,7 +365,7 @@ class FastLoop:
                     if t is Collective:
                         key: Any = op.group
                     elif t is Send or t is Recv:  # a grouped op has its own direction's stream (Send.grouped)
-                        key = op.peer if not op.grouped else f"{op.peer}:{'send' if t is Send else 'recv'}"
+                        key = op.peer if not op.grouped else p2p_stream_key(op)
                     elif t is Transfer:
                         key = ("pcie", op.direction)
                     else:

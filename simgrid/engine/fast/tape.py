@@ -24,6 +24,7 @@ from typing import Any
 from simgrid.engine.memory import MemoryEvent
 from simgrid.gcpause import collector_paused
 from simgrid.ir import Alloc, Collective, Compute, Free, Op, Recv, Send, Transfer, Wait
+from simgrid.ir.ops import p2p_stream_key
 from simgrid.trace import TraceRow, p2p_match_id
 
 _row: Any = tuple.__new__
@@ -56,7 +57,7 @@ def _rows(tape: Sequence[Any]) -> list[TraceRow]:
         i += 4
         # The stream label the loop gives the op's stream (one string per group, peer or direction).
         key = (op.group if t is Collective else ("pcie", op.direction) if t is Transfer
-               else op.peer if not op.grouped else f"{op.peer}:{'send' if t is Send else 'recv'}")
+               else op.peer if not op.grouped else p2p_stream_key(op))
         label = labels.get((t is Collective, key))
         if label is None:
             label = labels[(t is Collective, key)] = (
